@@ -1,0 +1,21 @@
+// fa3 — the CPU path: the same arguments as the GPU entry points, on host memory.
+//
+// forward() runs a tiled, multi-threaded online-softmax implementation (fp32
+// accumulation), the path the `fa3` program uses when no GPU is present.
+// backward() runs the exact reference (fp64 accumulation); it is slow and meant for
+// checking results, not for training.
+#pragma once
+
+#include "fa3/attention.h"
+
+namespace fa3::cpu {
+
+struct Options {
+  int num_threads = 0;  // 0: one per hardware thread
+};
+
+// Supported dtypes: fp32, fp16, bf16 (all tensors of q/k/v/out share one; lse is fp32).
+Status forward(const ForwardArgs& args, const Options& options = {});
+Status backward(const BackwardArgs& args, const Options& options = {});
+
+}  // namespace fa3::cpu

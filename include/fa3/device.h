@@ -1,0 +1,38 @@
+// fa3 — what was built, and what GPU (if any) is present.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace fa3 {
+
+struct BuildInfo {
+  std::string version;             // "0.1.0"
+  std::string cuda_version;        // toolkit the library was compiled with, "13.0"
+  std::string cutlass_version;     // "4.2.0"
+  std::vector<int> head_dims;      // head dims with compiled GPU kernels
+  std::vector<std::string> dtypes; // dtypes with compiled GPU kernels ("fp16", "bf16")
+  bool gpu_kernels = false;        // false when built without any Hopper kernel
+};
+
+const BuildInfo& build_info();
+
+struct DeviceInfo {
+  bool present = false;     // a CUDA device could be queried
+  int index = -1;
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int sm_count = 0;
+  long long global_memory_bytes = 0;
+  int l2_bytes = 0;
+  int max_smem_per_block_optin = 0;
+  std::string error;        // why no device is present, when present == false
+
+  bool is_hopper() const { return present && cc_major == 9 && cc_minor == 0; }
+};
+
+// Properties of the current CUDA device; never throws, never aborts without a GPU.
+DeviceInfo current_device();
+
+}  // namespace fa3

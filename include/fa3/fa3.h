@@ -1,0 +1,9 @@
+// fa3 — exact, IO-aware attention for NVIDIA Hopper GPUs. Include this header for
+// the whole public API.
+#pragma once
+
+#include "fa3/attention.h"
+#include "fa3/cpu.h"
+#include "fa3/device.h"
+#include "fa3/status.h"
+#include "fa3/tensor.h"

@@ -1,0 +1,1 @@
+#include "fa3/cpu.h"

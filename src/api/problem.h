@@ -1,0 +1,47 @@
+// fa3 — a validated attention problem: sizes and resolved options.
+//
+// Everything below the public API (CPU paths, references, kernels' host code) works
+// from a Problem, never from raw user options, so that defaults (the softmax scale)
+// and mask rules (causal as a window) are resolved in exactly one place.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace fa3 {
+
+struct Problem {
+  std::int64_t batch = 0;
+  std::int64_t seqlen_q = 0;
+  std::int64_t seqlen_k = 0;
+  std::int64_t nheads_q = 0;
+  std::int64_t nheads_kv = 0;
+  std::int64_t head_dim = 0;
+  float softmax_scale = 0.f;       // resolved: never 0
+  bool causal = false;
+  std::int64_t window_left = -1;   // resolved: -1 unbounded
+  std::int64_t window_right = -1;  // resolved: causal gives 0
+  float softcap = 0.f;             // 0: off
+
+  std::int64_t group_size() const { return nheads_q / nheads_kv; }
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+
+  // The keys query row i may see are [first_key(i), last_key(i)] (empty when first > last).
+  // The diagonal is aligned to the bottom-right corner: query i sits at key i + sk - sq.
+  std::int64_t first_key(std::int64_t i) const {
+    if (window_left < 0) return 0;
+    return std::max<std::int64_t>(0, i + seqlen_k - seqlen_q - window_left);
+  }
+  std::int64_t last_key(std::int64_t i) const {
+    if (window_right < 0) return seqlen_k - 1;
+    return std::min<std::int64_t>(seqlen_k - 1, i + seqlen_k - seqlen_q + window_right);
+  }
+  bool visible(std::int64_t i, std::int64_t j) const { return j >= first_key(i) && j <= last_key(i); }
+
+  // FLOPs of the forward pass counted as the field does (FlashAttention papers,
+  // ANCHORS): 4 * batch * nheads * sq * sk * d, halved when causal with sq == sk.
+  // Other masks (windows, causal with sq != sk) count the visible pairs exactly.
+  double forward_flops() const;
+};
+
+}  // namespace fa3

@@ -1,0 +1,58 @@
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "api/validate.h"
+#include "fa3/device.h"
+#include "hopper/fwd_dispatch.h"
+
+namespace fa3 {
+namespace {
+
+// "" when ptr is device (or managed) memory usable by the current device.
+std::string locate_pointer(const void* ptr) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return "not a CUDA pointer";
+  }
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return "unusable: no current CUDA device";
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+    case cudaMemoryTypeManaged:
+      if (attr.device == dev) return "";
+      return "memory of CUDA device " + std::to_string(attr.device) + " (current device is " +
+             std::to_string(dev) + ")";
+    case cudaMemoryTypeHost: return "pinned host memory";
+    default: return "host memory";
+  }
+}
+
+}  // namespace
+
+ValidationTarget gpu_target() {
+  ValidationTarget t;
+  t.space = ValidationTarget::Space::kDevice;
+  t.dtypes = hopper::fwd_dtypes();
+  t.head_dims = hopper::fwd_head_dims();
+  t.supports_window = false;
+  t.supports_softcap = false;
+  t.locate = locate_pointer;
+  return t;
+}
+
+ValidationTarget cpu_target() {
+  ValidationTarget t;
+  t.space = ValidationTarget::Space::kHost;
+  t.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  t.max_head_dim = 256;
+  t.supports_window = true;
+  t.supports_softcap = true;
+  return t;
+}
+
+}  // namespace fa3

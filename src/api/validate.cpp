@@ -1,0 +1,323 @@
+#include "api/validate.h"
+
+#include "common/status_macros.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+
+namespace fa3 {
+namespace {
+
+constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
+// TMA tensor maps hold global strides below 2^40 bytes.
+constexpr std::int64_t kMaxTmaStrideBytes = std::int64_t{1} << 40;
+
+// The role a tensor plays fixes its rank and the names of its dimensions.
+enum class Role { kQLike, kKvLike, kLse };
+
+const char* dim_name(Role role, int d) {
+  static const char* const kQkv[] = {"batch", "seqlen", "nheads", "head_dim"};
+  static const char* const kLse[] = {"batch", "nheads", "seqlen"};
+  return role == Role::kLse ? kLse[d] : kQkv[d];
+}
+
+int role_rank(Role role) { return role == Role::kLse ? 3 : 4; }
+
+std::string shape_string(const TensorView& t) {
+  std::ostringstream s;
+  s << '(';
+  for (int d = 0; d < t.rank; ++d) s << (d ? ", " : "") << t.shape[d];
+  s << ')';
+  return s.str();
+}
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream s;
+  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+  return s.str();
+}
+
+std::string join(const std::vector<DType>& v) {
+  std::ostringstream s;
+  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << dtype_name(v[i]);
+  return s.str();
+}
+
+Status invalid(const std::string& msg) { return {StatusCode::kInvalidArgument, msg}; }
+Status unsupported(const std::string& msg) { return {StatusCode::kNotSupported, msg}; }
+
+// Rules that concern one tensor alone: presence, rank, sizes, strides.
+Status check_tensor(const char* name, const TensorView& t, Role role) {
+  const std::string n = name;
+  if (t.data == nullptr) return invalid(n + ": data pointer is null");
+  if (t.rank != role_rank(role)) {
+    std::ostringstream s;
+    s << n << ": expected a " << role_rank(role) << "-d tensor "
+      << (role == Role::kLse ? "(batch, nheads, seqlen)" : "(batch, seqlen, nheads, head_dim)")
+      << ", got rank " << t.rank;
+    return invalid(s.str());
+  }
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.shape[d] < 1) {
+      std::ostringstream s;
+      s << n << ": " << dim_name(role, d) << " must be >= 1, got " << t.shape[d];
+      return invalid(s.str());
+    }
+    if (t.shape[d] > kMaxInt32) {
+      std::ostringstream s;
+      s << n << ": " << dim_name(role, d) << " " << t.shape[d] << " is out of range (max " << kMaxInt32 << ")";
+      return invalid(s.str());
+    }
+    if (t.stride[d] < 0) {
+      std::ostringstream s;
+      s << n << ": stride of dim " << d << " (" << dim_name(role, d) << ") must be >= 0, got " << t.stride[d];
+      return invalid(s.str());
+    }
+  }
+  if (role != Role::kLse && t.stride[3] != 1) {
+    std::ostringstream s;
+    s << n << ": last dimension must be contiguous (stride 1), got stride " << t.stride[3];
+    return invalid(s.str());
+  }
+  return Status::ok();
+}
+
+Status check_same_dtype(const char* name, const TensorView& t, const TensorView& q) {
+  if (t.dtype == q.dtype) return Status::ok();
+  return invalid(std::string(name) + ": dtype " + dtype_name(t.dtype) + " does not match q's dtype " +
+                 dtype_name(q.dtype));
+}
+
+Status check_lse_dtype(const TensorView& lse) {
+  if (lse.dtype == DType::kFloat32) return Status::ok();
+  return invalid(std::string("lse: dtype must be fp32, got ") + dtype_name(lse.dtype));
+}
+
+Status check_same_shape(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) {
+  for (int d = 0; d < 4; ++d) {
+    if (t.shape[d] != ref.shape[d]) {
+      return invalid(std::string(name) + ": shape " + shape_string(t) + " must equal " + ref_name + "'s shape " +
+                     shape_string(ref));
+    }
+  }
+  return Status::ok();
+}
+
+// q, k, v (and their gradients' shapes) against each other; fills the sizes of `p`.
+Status check_qkv_shapes(const TensorView& q, const TensorView& k, const TensorView& v, Problem* p) {
+  if (k.shape[0] != q.shape[0]) {
+    std::ostringstream s;
+    s << "k: batch " << k.shape[0] << " does not match q's batch " << q.shape[0];
+    return invalid(s.str());
+  }
+  if (k.shape[3] != q.shape[3]) {
+    std::ostringstream s;
+    s << "k: head dim " << k.shape[3] << " does not match q's head dim " << q.shape[3];
+    return invalid(s.str());
+  }
+  if (v.shape[0] != k.shape[0] || v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2]) {
+    return invalid("v: shape " + shape_string(v) + " must match k's shape " + shape_string(k) +
+                   " in batch, seqlen and nheads");
+  }
+  if (v.shape[3] != q.shape[3]) {
+    std::ostringstream s;
+    s << "v: head dim " << v.shape[3] << " differs from q's head dim " << q.shape[3]
+      << "; a separate V head dim is not supported yet";
+    return unsupported(s.str());
+  }
+  if (q.shape[2] % k.shape[2] != 0) {
+    std::ostringstream s;
+    s << "q: nheads " << q.shape[2] << " is not a multiple of k's nheads " << k.shape[2];
+    return invalid(s.str());
+  }
+  p->batch = q.shape[0];
+  p->seqlen_q = q.shape[1];
+  p->seqlen_k = k.shape[1];
+  p->nheads_q = q.shape[2];
+  p->nheads_kv = k.shape[2];
+  p->head_dim = q.shape[3];
+  return Status::ok();
+}
+
+Status check_lse_shape(const TensorView& lse, const Problem& p) {
+  if (lse.shape[0] == p.batch && lse.shape[1] == p.nheads_q && lse.shape[2] == p.seqlen_q) return Status::ok();
+  std::ostringstream s;
+  s << "lse: shape " << shape_string(lse) << " must be (batch, nheads_q, seqlen_q) = (" << p.batch << ", "
+    << p.nheads_q << ", " << p.seqlen_q << ")";
+  return invalid(s.str());
+}
+
+Status check_dtype_and_head_dim(const TensorView& q, const ValidationTarget& target) {
+  if (target.dtypes.empty()) return unsupported("no GPU kernels were built into this library");
+  if (std::find(target.dtypes.begin(), target.dtypes.end(), q.dtype) == target.dtypes.end()) {
+    return unsupported(std::string("q: dtype ") + dtype_name(q.dtype) + " is not supported" +
+                       (target.space == ValidationTarget::Space::kDevice ? " on the GPU" : " on the CPU path") +
+                       "; supported: " + join(target.dtypes));
+  }
+  const std::int64_t d = q.shape[3];
+  bool ok;
+  std::string supported;
+  if (target.head_dims.empty()) {
+    ok = d >= 1 && d <= target.max_head_dim;
+    supported = "1 to " + std::to_string(target.max_head_dim);
+  } else {
+    ok = std::find(target.head_dims.begin(), target.head_dims.end(), d) != target.head_dims.end();
+    supported = join(target.head_dims);
+  }
+  if (!ok) {
+    std::ostringstream s;
+    s << "q: head dim " << d << " is not supported; supported: " << supported;
+    return unsupported(s.str());
+  }
+  return Status::ok();
+}
+
+// TMA reads whole 16-byte units: base pointers and every non-unit stride must be
+// 16-byte multiples (the last dimension is contiguous already).
+Status check_device_tensor(const char* name, const TensorView& t, const ValidationTarget& target, bool tma) {
+  const std::string n = name;
+  if (tma) {
+    if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+      return invalid(n + ": data pointer is not 16-byte aligned (TMA needs it)");
+    }
+    const std::int64_t elems_per_16b = 16 / static_cast<std::int64_t>(dtype_size(t.dtype));
+    for (int d = 0; d < t.rank - 1; ++d) {
+      if (t.stride[d] % elems_per_16b != 0) {
+        std::ostringstream s;
+        s << n << ": stride " << t.stride[d] << " of dim " << d << " (" << dim_name(Role::kQLike, d)
+          << ") is not a multiple of " << elems_per_16b << " elements (16 bytes; TMA needs it)";
+        return invalid(s.str());
+      }
+      if (t.stride[d] * static_cast<std::int64_t>(dtype_size(t.dtype)) >= kMaxTmaStrideBytes) {
+        std::ostringstream s;
+        s << n << ": stride " << t.stride[d] << " of dim " << d << " is too large (TMA strides are below 2^40 bytes)";
+        return invalid(s.str());
+      }
+    }
+  } else if (reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
+    return invalid(n + ": data pointer is not aligned to its element size");
+  }
+  if (target.locate) {
+    std::string where = target.locate(t.data);
+    if (!where.empty()) return invalid(n + ": pointer is " + where + ", not memory of the current CUDA device");
+  }
+  return Status::ok();
+}
+
+Status check_options(const AttentionOptions& o, const ValidationTarget& target, Problem* p) {
+  if (!std::isfinite(o.softmax_scale) || o.softmax_scale < 0.f) {
+    std::ostringstream s;
+    s << "softmax_scale must be finite and > 0 (or 0 for the default 1/sqrt(head_dim)), got " << o.softmax_scale;
+    return invalid(s.str());
+  }
+  if (o.window_left < -1 || o.window_right < -1) {
+    std::ostringstream s;
+    s << "window_left and window_right must be >= -1 (-1: unbounded), got (" << o.window_left << ", "
+      << o.window_right << ")";
+    return invalid(s.str());
+  }
+  if (o.causal && o.window_right > 0) {
+    std::ostringstream s;
+    s << "window_right " << o.window_right << " conflicts with causal (causal means window_right = 0)";
+    return invalid(s.str());
+  }
+  if (!std::isfinite(o.softcap) || o.softcap < 0.f) {
+    std::ostringstream s;
+    s << "softcap must be finite and >= 0 (0: off), got " << o.softcap;
+    return invalid(s.str());
+  }
+  const bool window = o.window_left >= 0 || (o.window_right >= 0 && !o.causal);
+  if (window && !target.supports_window) {
+    return unsupported("sliding window (window_left/window_right) is not implemented on this path yet");
+  }
+  if (o.softcap > 0.f && !target.supports_softcap) {
+    return unsupported("softcap is not implemented on this path yet");
+  }
+  p->softmax_scale = o.softmax_scale > 0.f ? o.softmax_scale : 1.f / std::sqrt(static_cast<float>(p->head_dim));
+  p->causal = o.causal;
+  p->window_left = o.window_left;
+  p->window_right = o.causal ? 0 : o.window_right;
+  p->softcap = o.softcap;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Problem* problem) {
+  const bool device = target.space == ValidationTarget::Space::kDevice;
+  const bool has_lse = a.lse.data != nullptr;
+  FA3_RETURN_IF_ERROR(check_tensor("q", a.q, Role::kQLike));
+  FA3_RETURN_IF_ERROR(check_tensor("k", a.k, Role::kKvLike));
+  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, Role::kKvLike));
+  FA3_RETURN_IF_ERROR(check_tensor("out", a.out, Role::kQLike));
+  if (has_lse) FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, Role::kLse));
+
+  FA3_RETURN_IF_ERROR(check_dtype_and_head_dim(a.q, target));
+  FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
+  FA3_RETURN_IF_ERROR(check_same_dtype("v", a.v, a.q));
+  FA3_RETURN_IF_ERROR(check_same_dtype("out", a.out, a.q));
+  if (has_lse) FA3_RETURN_IF_ERROR(check_lse_dtype(a.lse));
+
+  Problem p;
+  FA3_RETURN_IF_ERROR(check_qkv_shapes(a.q, a.k, a.v, &p));
+  FA3_RETURN_IF_ERROR(check_same_shape("out", a.out, "q", a.q));
+  if (has_lse) FA3_RETURN_IF_ERROR(check_lse_shape(a.lse, p));
+
+  if (device) {
+    FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, true));
+    FA3_RETURN_IF_ERROR(check_device_tensor("k", a.k, target, true));
+    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, true));
+    FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, target, true));
+    if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, false));
+  }
+  FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
+  *problem = p;
+  return Status::ok();
+}
+
+Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, Problem* problem) {
+  const bool device = target.space == ValidationTarget::Space::kDevice;
+  FA3_RETURN_IF_ERROR(check_tensor("q", a.q, Role::kQLike));
+  FA3_RETURN_IF_ERROR(check_tensor("k", a.k, Role::kKvLike));
+  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, Role::kKvLike));
+  FA3_RETURN_IF_ERROR(check_tensor("out", a.out, Role::kQLike));
+  FA3_RETURN_IF_ERROR(check_tensor("dout", a.dout, Role::kQLike));
+  FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, Role::kLse));
+  FA3_RETURN_IF_ERROR(check_tensor("dq", a.dq, Role::kQLike));
+  FA3_RETURN_IF_ERROR(check_tensor("dk", a.dk, Role::kKvLike));
+  FA3_RETURN_IF_ERROR(check_tensor("dv", a.dv, Role::kKvLike));
+
+  FA3_RETURN_IF_ERROR(check_dtype_and_head_dim(a.q, target));
+  FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
+  FA3_RETURN_IF_ERROR(check_same_dtype("v", a.v, a.q));
+  FA3_RETURN_IF_ERROR(check_same_dtype("out", a.out, a.q));
+  FA3_RETURN_IF_ERROR(check_same_dtype("dout", a.dout, a.q));
+  FA3_RETURN_IF_ERROR(check_lse_dtype(a.lse));
+  FA3_RETURN_IF_ERROR(check_same_dtype("dq", a.dq, a.q));
+  FA3_RETURN_IF_ERROR(check_same_dtype("dk", a.dk, a.q));
+  FA3_RETURN_IF_ERROR(check_same_dtype("dv", a.dv, a.q));
+
+  Problem p;
+  FA3_RETURN_IF_ERROR(check_qkv_shapes(a.q, a.k, a.v, &p));
+  FA3_RETURN_IF_ERROR(check_same_shape("out", a.out, "q", a.q));
+  FA3_RETURN_IF_ERROR(check_same_shape("dout", a.dout, "q", a.q));
+  FA3_RETURN_IF_ERROR(check_lse_shape(a.lse, p));
+  FA3_RETURN_IF_ERROR(check_same_shape("dq", a.dq, "q", a.q));
+  FA3_RETURN_IF_ERROR(check_same_shape("dk", a.dk, "k", a.k));
+  FA3_RETURN_IF_ERROR(check_same_shape("dv", a.dv, "v", a.v));
+
+  if (device) {
+    const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+    const TensorView* views[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
+    for (int i = 0; i < 8; ++i) FA3_RETURN_IF_ERROR(check_device_tensor(names[i], *views[i], target, true));
+    FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, false));
+  }
+  FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
+  *problem = p;
+  return Status::ok();
+}
+
+}  // namespace fa3

@@ -1,0 +1,39 @@
+// fa3 — argument validation shared by every entry point.
+//
+// Each rule has its own message naming the argument and the rule. Validation reads
+// arguments only, so a rejected call leaves every output untouched.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "api/problem.h"
+#include "fa3/attention.h"
+
+namespace fa3 {
+
+// Where the call will run, and so which rules apply.
+struct ValidationTarget {
+  enum class Space { kHost, kDevice };
+  Space space = Space::kDevice;
+  std::vector<DType> dtypes;      // accepted input dtypes
+  std::vector<int> head_dims;     // accepted head dims; empty: any in [1, max_head_dim]
+  int max_head_dim = 256;
+  bool supports_window = false;   // sliding window (non-causal part of the mask)
+  bool supports_softcap = false;
+  // Device only: returns an empty string when `ptr` is memory the current device can
+  // use, else a description of what it is ("host memory", "memory of device 1").
+  // Left empty, pointer location is not checked (unit tests of the other rules).
+  std::function<std::string(const void* ptr)> locate;
+};
+
+// The target of fa3::forward/backward: the compiled kernels, on the current device.
+ValidationTarget gpu_target();
+// The target of fa3::cpu::forward/backward.
+ValidationTarget cpu_target();
+
+Status validate_forward(const ForwardArgs& args, const ValidationTarget& target, Problem* problem);
+Status validate_backward(const BackwardArgs& args, const ValidationTarget& target, Problem* problem);
+
+}  // namespace fa3

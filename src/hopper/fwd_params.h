@@ -1,0 +1,41 @@
+// fa3 — everything a forward kernel launch needs, in plain types (no CuTe), so that
+// host-only code (dispatch, tests) can build it.
+#pragma once
+
+#include <cstdint>
+
+namespace fa3::hopper {
+
+struct FwdParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;  // may be null: no lse requested
+
+  // Strides in elements, (batch, row, head); the head dim is contiguous.
+  std::int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  std::int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  std::int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  std::int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  std::int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
+
+  int batch = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int nheads_q = 0;
+  int nheads_kv = 0;
+  int head_dim = 0;
+
+  float softmax_scale = 0.f;
+  float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e): the kernels use exp2
+  float softcap = 0.f;
+  // Resolved mask window (query i sees keys i + sk - sq - left ... i + sk - sq + right);
+  // a negative side is unbounded.
+  int window_left = -1;
+  int window_right = -1;
+
+  int num_sms = 0;  // persistent grid size upper bound
+};
+
+}  // namespace fa3::hopper

@@ -1,0 +1,1 @@
+#include "reference/cuda_reference.h"

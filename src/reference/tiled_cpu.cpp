@@ -1,0 +1,1 @@
+#include "reference/tiled_cpu.h"
