@@ -3,6 +3,7 @@
 // accuracy rule's "low" result). The oracle for every test.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "api/problem.h"
@@ -27,6 +28,18 @@ struct ForwardResult {
 // q/k/v are host views (any strides, dtype fp32/fp16/bf16) laid out as in fa3::ForwardArgs.
 ForwardResult forward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
                       Precision precision = Precision::kExact);
+
+// One query row of one head: the unit `fa3 run` samples to check large problems.
+struct RowRef {
+  std::int64_t batch = 0;
+  std::int64_t head = 0;  // query head
+  std::int64_t row = 0;   // query index
+};
+
+// The exact reference for selected rows only: out[i * head_dim + d] and lse[i] for
+// rows[i]. Costs O(rows * seqlen_k * head_dim), so it checks problems of any size.
+ForwardResult forward_rows(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
+                           const std::vector<RowRef>& rows);
 
 // dq (like q), dk and dv (like k/v) in canonical layouts.
 struct BackwardResult {
