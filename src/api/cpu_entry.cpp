@@ -1,1 +1,83 @@
 #include "fa3/cpu.h"
+
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "api/validate.h"
+#include "common/numeric.h"
+#include "common/status_macros.h"
+#include "reference/naive.h"
+#include "reference/tiled_cpu.h"
+
+namespace fa3::cpu {
+namespace {
+
+Status check_options(const Options& o) {
+  if (o.num_threads >= 0) return Status::ok();
+  return {StatusCode::kInvalidArgument,
+          "num_threads must be >= 0 (0: one per hardware thread), got " + std::to_string(o.num_threads)};
+}
+
+// Runs `body` and reports any exception as a Status: none may cross the public API.
+template <typename Body>
+Status run_guarded(const char* entry, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kInternal, std::string(entry) + ": out of host memory"};
+  } catch (const std::exception& e) {
+    return {StatusCode::kInternal, std::string(entry) + ": " + e.what()};
+  } catch (...) {
+    return {StatusCode::kInternal, std::string(entry) + ": unknown exception"};
+  }
+}
+
+// Writes a result held in the canonical contiguous (batch, seqlen, nheads, head_dim)
+// layout into the caller's view, in its dtype and strides.
+void store(const TensorView& t, const std::vector<double>& values) {
+  std::size_t n = 0;
+  for (std::int64_t b = 0; b < t.shape[0]; ++b) {
+    for (std::int64_t s = 0; s < t.shape[1]; ++s) {
+      for (std::int64_t h = 0; h < t.shape[2]; ++h) {
+        const std::int64_t base = b * t.stride[0] + s * t.stride[1] + h * t.stride[2];
+        for (std::int64_t d = 0; d < t.shape[3]; ++d) {
+          numeric::store_from_float(t.data, base + d * t.stride[3], t.dtype, static_cast<float>(values[n++]));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Status forward(const ForwardArgs& args, const Options& options) {
+  return run_guarded("fa3::cpu::forward", [&]() -> Status {
+    Problem problem;
+    FA3_RETURN_IF_ERROR(validate_forward(args, cpu_target(), &problem));
+    FA3_RETURN_IF_ERROR(check_options(options));
+    reference::TiledCpuConfig config;
+    config.num_threads = options.num_threads;
+    reference::tiled_forward(problem, args, config);
+    return Status::ok();
+  });
+}
+
+// The exact reference recomputes the forward pass, so args.out and args.lse are
+// validated but not read. All gradients are computed before any output is written.
+Status backward(const BackwardArgs& args, const Options& options) {
+  return run_guarded("fa3::cpu::backward", [&]() -> Status {
+    Problem problem;
+    FA3_RETURN_IF_ERROR(validate_backward(args, cpu_target(), &problem));
+    FA3_RETURN_IF_ERROR(check_options(options));
+    const reference::BackwardResult grads =
+        reference::backward(problem, args.q, args.k, args.v, args.dout, reference::Precision::kExact);
+    store(args.dq, grads.dq);
+    store(args.dk, grads.dk);
+    store(args.dv, grads.dv);
+    return Status::ok();
+  });
+}
+
+}  // namespace fa3::cpu

@@ -1,0 +1,163 @@
+// fa3::cpu::forward and fa3::cpu::backward: results, written outputs, and that a
+// rejected call leaves its outputs alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "checks.h"
+#include "fa3/cpu.h"
+#include "host_tensor.h"
+#include "reference/naive.h"
+
+namespace fa3::testing {
+namespace {
+
+Case api_case() {
+  Case c;
+  c.batch = 2;
+  c.seqlen_q = 129;
+  c.seqlen_k = 239;
+  c.nheads_q = 4;
+  c.nheads_kv = 2;
+  c.head_dim = 64;
+  c.dtype = DType::kBFloat16;
+  c.causal = true;
+  c.layout = strided_layout();
+  c.lse_layout = strided_lse_layout();
+  return c;
+}
+
+bool all_nan(const HostTensor& t) {
+  bool nan = true;
+  t.for_each([&](const Index& i, std::int64_t) { nan = nan && std::isnan(t.get(i)); });
+  return nan;
+}
+
+TEST(CpuEntryForward, MatchesTheExactReference) {
+  Case plain = api_case();
+  Case capped = api_case();
+  capped.causal = false;
+  capped.window_left = 30;
+  capped.window_right = 5;
+  capped.softcap = 1.f;
+  capped.dtype = DType::kFloat16;
+  for (const Case& c : {plain, capped}) {
+    SCOPED_TRACE(c.name());
+    Attention a = make_attention(c, 800);
+    const Status st = cpu::forward(a.args());
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    const reference::ForwardResult ref = reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view());
+    expect_close("out", a.out, ref.out, kFp32OutTolerance * max_abs(a.v.values()), storage_rounding(c.dtype));
+    expect_close("lse", a.lse, ref.lse, kFp32LseTolerance, kFp32LseTolerance);
+    EXPECT_TRUE(a.out.padding_is_nan());
+    EXPECT_TRUE(a.lse.padding_is_nan());
+  }
+}
+
+TEST(CpuEntryForward, ThreadCountDoesNotChangeTheResult) {
+  Attention a = make_attention(api_case(), 801);
+  ASSERT_TRUE(cpu::forward(a.args(), {1}).is_ok());
+  const std::vector<double> out = a.out.values();
+  const std::vector<double> lse = a.lse.values();
+  a.out.fill_nan();
+  a.lse.fill_nan();
+  ASSERT_TRUE(cpu::forward(a.args(), {0}).is_ok());
+  EXPECT_EQ(a.out.values(), out);
+  EXPECT_EQ(a.lse.values(), lse);
+}
+
+TEST(CpuEntryForward, RejectedCallsLeaveOutputsUntouched) {
+  {
+    Case c = api_case();
+    Attention a = make_attention(c, 802);
+    ForwardArgs args = a.args();
+    args.k.shape[3] = 32;  // head dim mismatch with q
+    const Status st = cpu::forward(args);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("head dim"), std::string::npos) << st.message();
+    EXPECT_TRUE(all_nan(a.out));
+    EXPECT_TRUE(all_nan(a.lse));
+  }
+  {
+    Attention a = make_attention(api_case(), 803);
+    const Status st = cpu::forward(a.args(), {-1});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find("num_threads"), std::string::npos) << st.message();
+    EXPECT_TRUE(all_nan(a.out));
+    EXPECT_TRUE(all_nan(a.lse));
+  }
+}
+
+// Gradients, with their buffers, for one case.
+struct Gradients {
+  HostTensor dout, dq, dk, dv;
+
+  explicit Gradients(const Case& c) {
+    dout = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
+    dq = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
+    dk = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
+    dv = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
+    std::mt19937_64 rng(804);
+    dout.fill_normal(rng);
+    dq.fill_nan();
+    dk.fill_nan();
+    dv.fill_nan();
+  }
+
+  BackwardArgs args(Attention& a) {
+    BackwardArgs b;
+    b.q = a.q.view();
+    b.k = a.k.view();
+    b.v = a.v.view();
+    b.out = a.out.view();
+    b.lse = a.lse.view();
+    b.dout = dout.view();
+    b.dq = dq.view();
+    b.dk = dk.view();
+    b.dv = dv.view();
+    b.options = a.options;
+    return b;
+  }
+};
+
+// The exact gradients, stored in the caller's dtype and strides: each element is
+// the reference value rounded once to bf16.
+TEST(CpuEntryBackward, WritesTheExactGradients) {
+  const Case c = api_case();
+  Attention a = make_attention(c, 805);
+  ASSERT_TRUE(cpu::forward(a.args()).is_ok());
+  Gradients g(c);
+  const Status st = cpu::backward(g.args(a));
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+
+  const reference::BackwardResult ref =
+      reference::backward(a.problem, a.q.view(), a.k.view(), a.v.view(), g.dout.view());
+  const std::pair<const HostTensor*, const std::vector<double>*> outputs[] = {
+      {&g.dq, &ref.dq}, {&g.dk, &ref.dk}, {&g.dv, &ref.dv}};
+  for (const auto& [got, want] : outputs) {
+    got->for_each([&](const Index& i, std::int64_t n) {
+      const float expected = numeric::round_to(c.dtype, static_cast<float>((*want)[static_cast<std::size_t>(n)]));
+      ASSERT_EQ(got->get(i), expected);
+    });
+    EXPECT_TRUE(got->padding_is_nan());
+  }
+}
+
+TEST(CpuEntryBackward, RejectedCallsLeaveOutputsUntouched) {
+  Case c = api_case();
+  Attention a = make_attention(c, 806);
+  Gradients g(c);
+  BackwardArgs args = g.args(a);
+  args.dk.shape[1] = c.seqlen_k + 1;  // dk's shape must equal k's
+  const Status st = cpu::backward(args);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("dk"), std::string::npos) << st.message();
+  EXPECT_TRUE(all_nan(g.dq));
+  EXPECT_TRUE(all_nan(g.dk));
+  EXPECT_TRUE(all_nan(g.dv));
+}
+
+}  // namespace
+}  // namespace fa3::testing
