@@ -1,0 +1,177 @@
+// The public entry points write nothing when they reject a call: outputs filled with a
+// NaN bit pattern stay bit-identical. Covers fa3::cpu::forward/backward on host memory,
+// and fa3::forward/backward (the GPU entries), which must refuse host pointers whether
+// or not a GPU is present.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "api/validate.h"
+#include "fa3/fa3.h"
+#include "valid_args.h"
+
+namespace fa3::test {
+namespace {
+
+struct Rejection {
+  std::string name;
+  std::function<void(AttentionOptions&, TensorView& q, TensorView& k, TensorView& v, TensorView& out,
+                     TensorView& lse)>
+      breaks;
+  StatusCode code;
+  std::string message;  // a part of the message that names the argument and the rule
+};
+
+void PrintTo(const Rejection& r, std::ostream* os) { *os << r.name; }
+
+std::string rejection_name(const ::testing::TestParamInfo<Rejection>& info) { return info.param.name; }
+
+// Breakages that the forward and the backward reject alike (out and lse are inputs of
+// the backward and outputs of the forward).
+std::vector<Rejection> rejections() {
+  using O = AttentionOptions;
+  using T = TensorView;
+  return {
+      {"k_null", [](O&, T&, T& k, T&, T&, T&) { k.data = nullptr; }, StatusCode::kInvalidArgument,
+       "k: data pointer is null"},
+      {"v_dtype_mismatch", [](O&, T&, T&, T& v, T&, T&) { v.dtype = DType::kFloat16; },
+       StatusCode::kInvalidArgument, "v: dtype fp16 does not match q's dtype bf16"},
+      {"dtype_e4m3",
+       [](O&, T& q, T& k, T& v, T& out, T&) { q.dtype = k.dtype = v.dtype = out.dtype = DType::kFloat8E4M3; },
+       StatusCode::kNotSupported, "q: dtype e4m3 is not supported"},
+      {"head_dim_300",
+       [](O&, T& q, T& k, T& v, T& out, T&) {
+         for (T* t : {&q, &k, &v, &out}) resize_dim(*t, 3, 300);
+       },
+       StatusCode::kNotSupported, "q: head dim 300 is not supported; supported: 1 to 256"},
+      {"lse_shape", [](O&, T&, T&, T&, T&, T& lse) { resize_dim(lse, 2, 96); }, StatusCode::kInvalidArgument,
+       "lse: shape (2, 4, 96) must be (batch, nheads_q, seqlen_q) = (2, 4, 64)"},
+      {"scale_nan", [](O& o, T&, T&, T&, T&, T&) { o.softmax_scale = std::numeric_limits<float>::quiet_NaN(); },
+       StatusCode::kInvalidArgument, "softmax_scale must be finite and > 0"},
+      {"window_conflicts_with_causal",
+       [](O& o, T&, T&, T&, T&, T&) {
+         o.causal = true;
+         o.window_right = 2;
+       },
+       StatusCode::kInvalidArgument, "window_right 2 conflicts with causal"},
+  };
+}
+
+void expect_status(const Status& s, StatusCode code, const std::string& part) {
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_NE(s.message().find(part), std::string::npos) << "message: " << s.message() << "\nexpected: " << part;
+}
+
+class CpuForwardRejection : public ::testing::TestWithParam<Rejection> {};
+TEST_P(CpuForwardRejection, LeavesOutputsUntouched) {
+  const Rejection& r = GetParam();
+  ValidArgs valid;
+  ForwardArgs a = valid.forward();
+  r.breaks(a.options, a.q, a.k, a.v, a.out, a.lse);
+  valid.out().fill_nan_pattern();
+  valid.lse().fill_nan_pattern();
+  const auto out_before = valid.out().snapshot();
+  const auto lse_before = valid.lse().snapshot();
+
+  expect_status(cpu::forward(a), r.code, r.message);
+  EXPECT_TRUE(valid.out().equals(out_before)) << "out was written by a rejected call";
+  EXPECT_TRUE(valid.lse().equals(lse_before)) << "lse was written by a rejected call";
+}
+INSTANTIATE_TEST_SUITE_P(Rules, CpuForwardRejection, ::testing::ValuesIn(rejections()), rejection_name);
+
+class CpuBackwardRejection : public ::testing::TestWithParam<Rejection> {};
+TEST_P(CpuBackwardRejection, LeavesGradientsUntouched) {
+  const Rejection& r = GetParam();
+  ValidArgs valid;
+  BackwardArgs a = valid.backward();
+  r.breaks(a.options, a.q, a.k, a.v, a.out, a.lse);
+  for (HostBuffer* b : {&valid.dq(), &valid.dk(), &valid.dv()}) b->fill_nan_pattern();
+  const auto dq_before = valid.dq().snapshot();
+  const auto dk_before = valid.dk().snapshot();
+  const auto dv_before = valid.dv().snapshot();
+
+  expect_status(cpu::backward(a), r.code, r.message);
+  EXPECT_TRUE(valid.dq().equals(dq_before)) << "dq was written by a rejected call";
+  EXPECT_TRUE(valid.dk().equals(dk_before)) << "dk was written by a rejected call";
+  EXPECT_TRUE(valid.dv().equals(dv_before)) << "dv was written by a rejected call";
+}
+INSTANTIATE_TEST_SUITE_P(Rules, CpuBackwardRejection, ::testing::ValuesIn(rejections()), rejection_name);
+
+TEST(CpuBackwardRejection, NamesTheGradientThatBreaksARule) {
+  ValidArgs valid;
+  BackwardArgs a = valid.backward();
+  a.dk.dtype = DType::kFloat16;
+  valid.dq().fill_nan_pattern();
+  const auto dq_before = valid.dq().snapshot();
+  expect_status(cpu::backward(a), StatusCode::kInvalidArgument, "dk: dtype fp16 does not match q's dtype bf16");
+  EXPECT_TRUE(valid.dq().equals(dq_before));
+}
+
+// Arguments valid for the GPU build in every respect but where the memory lives.
+ArgsShape gpu_buildable_shape() {
+  ArgsShape s;
+  const ValidationTarget gpu = gpu_target();
+  if (!gpu.dtypes.empty()) s.dtype = gpu.dtypes.front();
+  if (!gpu.head_dims.empty()) s.head_dim = gpu.head_dims.front();
+  return s;
+}
+
+// Host pointers are never device memory of the current device: with a GPU they are
+// "host memory", without one "not a CUDA pointer"; a build without GPU kernels stops
+// earlier, at the dtype.
+void expect_gpu_rejects_host_memory(const Status& s) {
+  if (gpu_target().dtypes.empty()) {
+    expect_status(s, StatusCode::kNotSupported, "no GPU kernels were built into this library");
+  } else {
+    expect_status(s, StatusCode::kInvalidArgument, "q: pointer is ");
+    EXPECT_NE(s.message().find("not memory of the current CUDA device"), std::string::npos) << s.message();
+  }
+}
+
+TEST(GpuForwardRejection, HostPointersLeaveOutputsUntouched) {
+  ValidArgs valid(gpu_buildable_shape());
+  ForwardArgs a = valid.forward();
+  valid.out().fill_nan_pattern();
+  valid.lse().fill_nan_pattern();
+  const auto out_before = valid.out().snapshot();
+  const auto lse_before = valid.lse().snapshot();
+
+  expect_gpu_rejects_host_memory(forward(a, nullptr));
+  EXPECT_TRUE(valid.out().equals(out_before));
+  EXPECT_TRUE(valid.lse().equals(lse_before));
+}
+
+TEST(GpuForwardRejection, BrokenShapeLeavesOutputsUntouched) {
+  ValidArgs valid(gpu_buildable_shape());
+  ForwardArgs a = valid.forward();
+  resize_dim(a.out, 1, 63);
+  valid.out().fill_nan_pattern();
+  const auto out_before = valid.out().snapshot();
+  Status s = forward(a, nullptr);
+  EXPECT_FALSE(s.is_ok());
+  if (!gpu_target().dtypes.empty()) {
+    expect_status(s, StatusCode::kInvalidArgument, "out: shape (2, 63, ");
+  }
+  EXPECT_TRUE(valid.out().equals(out_before));
+}
+
+TEST(GpuBackwardRejection, HostPointersLeaveGradientsUntouched) {
+  ValidArgs valid(gpu_buildable_shape());
+  BackwardArgs a = valid.backward();
+  for (HostBuffer* b : {&valid.dq(), &valid.dk(), &valid.dv()}) b->fill_nan_pattern();
+  const auto dq_before = valid.dq().snapshot();
+  const auto dk_before = valid.dk().snapshot();
+  const auto dv_before = valid.dv().snapshot();
+
+  expect_gpu_rejects_host_memory(backward(a, nullptr));
+  EXPECT_TRUE(valid.dq().equals(dq_before));
+  EXPECT_TRUE(valid.dk().equals(dk_before));
+  EXPECT_TRUE(valid.dv().equals(dv_before));
+}
+
+}  // namespace
+}  // namespace fa3::test

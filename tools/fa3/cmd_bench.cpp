@@ -1,0 +1,196 @@
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/validate.h"
+#include "bench_output.h"
+#include "commands.h"
+#include "common_flags.h"
+#include "device_choice.h"
+#include "device_tensors.h"
+#include "errors.h"
+#include "fa3/device.h"
+#include "flags.h"
+#include "format.h"
+#include "host_tensors.h"
+#include "shape.h"
+#include "timing.h"
+
+namespace fa3::cli {
+namespace {
+
+// What a sweep covers when the command line does not say.
+struct SweepDefaults {
+  std::vector<std::int64_t> head_dims;
+  std::vector<std::int64_t> seqlens;
+  std::int64_t tokens;
+  std::int64_t hidden;
+  TimingConfig timing;
+};
+
+// The FlashAttention-3 paper's sweep, which ANCHORS.md records for the peers.
+const SweepDefaults kGpuSweep{{64, 128, 256}, {512, 1024, 2048, 4096, 8192, 16384}, 16384, 2048, {5, 20}};
+// About 6 GFLOP a pass: well under a minute on 2 cores, even for a plain fp32 CPU loop.
+const SweepDefaults kCpuSweep{{64, 128}, {128, 256, 512}, 1024, 512, {1, 3}};
+
+struct BenchConfig {
+  std::vector<std::int64_t> head_dims;  // empty: the path's default
+  std::vector<std::int64_t> seqlens;    // empty: the path's default
+  bool causal_only = false;
+  bool non_causal_only = false;
+  std::optional<std::int64_t> tokens;
+  std::optional<std::int64_t> hidden;
+  ExecutionOptions exec;
+  std::string json_path;
+  std::string csv_path;
+};
+
+Flag file_flag(const char* name, std::string* dst) {
+  return {name, true, [name, dst](const std::string& v) {
+            if (v.empty()) throw UsageError(std::string("--") + name + " needs a file name");
+            *dst = v;
+          }};
+}
+
+BenchConfig parse_bench(const std::vector<std::string>& args) {
+  BenchConfig c;
+  std::vector<Flag> flags = {
+      {"head-dims", true, [&](const std::string& v) { c.head_dims = parse_int_list("head-dims", v, 1, kMaxSize); }},
+      {"seqlens", true, [&](const std::string& v) { c.seqlens = parse_int_list("seqlens", v, 1, kMaxSize); }},
+      {"causal", false, [&](const std::string&) { c.causal_only = true; }},
+      {"non-causal", false, [&](const std::string&) { c.non_causal_only = true; }},
+      size_flag("tokens", &c.tokens),
+      size_flag("hidden", &c.hidden),
+      file_flag("json", &c.json_path),
+      file_flag("csv", &c.csv_path),
+  };
+  for (Flag& f : execution_flags(&c.exec)) flags.push_back(std::move(f));
+  apply_flags(args, flags);
+  check_execution(c.exec);
+  return c;
+}
+
+// The default GPU head dims that this build compiled (all of them when none is).
+std::vector<std::int64_t> compiled_head_dims(const std::vector<std::int64_t>& wanted) {
+  const std::vector<int>& built = build_info().head_dims;
+  std::vector<std::int64_t> kept;
+  for (std::int64_t d : wanted) {
+    if (std::find(built.begin(), built.end(), static_cast<int>(d)) != built.end()) kept.push_back(d);
+  }
+  if (kept.empty()) kept.assign(built.begin(), built.end());
+  return kept;
+}
+
+// Shapes in the order of the ANCHORS.md table: head dim, then causal, then seqlen.
+std::vector<AttentionShape> sweep_shapes(const BenchConfig& c, const SweepDefaults& defaults, bool gpu) {
+  std::vector<std::int64_t> head_dims = c.head_dims;
+  if (head_dims.empty()) head_dims = gpu ? compiled_head_dims(defaults.head_dims) : defaults.head_dims;
+  const std::vector<std::int64_t>& seqlens = c.seqlens.empty() ? defaults.seqlens : c.seqlens;
+  const std::int64_t tokens = c.tokens.value_or(defaults.tokens);
+  const std::int64_t hidden = c.hidden.value_or(defaults.hidden);
+  std::vector<bool> causal_modes;
+  if (!c.causal_only || c.non_causal_only) causal_modes.push_back(false);
+  if (c.causal_only || !c.non_causal_only) causal_modes.push_back(true);
+
+  std::vector<AttentionShape> shapes;
+  for (std::int64_t d : head_dims) {
+    for (bool causal : causal_modes) {
+      for (std::int64_t seqlen : seqlens) {
+        AttentionShape s;
+        s.batch = std::max<std::int64_t>(1, tokens / seqlen);
+        s.seqlen_q = s.seqlen_k = seqlen;
+        s.nheads_q = s.nheads_kv = std::max<std::int64_t>(1, hidden / d);
+        s.head_dim = d;
+        s.dtype = c.exec.dtype;
+        s.options.causal = causal;
+        shapes.push_back(s);
+      }
+    }
+  }
+  return shapes;
+}
+
+std::string progress_label(const AttentionShape& s) {
+  return "hdim " + std::to_string(s.head_dim) + (s.options.causal ? " causal" : " non-causal") + " seqlen " +
+         std::to_string(s.seqlen_q);
+}
+
+// The record of a shape, its timing still to fill in.
+BenchRecord record_for(const AttentionShape& s, const PathChoice& path) {
+  BenchRecord r;
+  r.dtype = dtype_name(s.dtype);
+  r.hdim = s.head_dim;
+  r.causal = s.options.causal;
+  r.seqlen = s.seqlen_q;
+  r.batch = s.batch;
+  r.nheads = s.nheads_q;
+  r.device = path.path == Path::kGpu ? "gpu" : "cpu";
+  r.gpu = path.path == Path::kGpu ? path.device.name : "cpu";
+  return r;
+}
+
+}  // namespace
+
+int bench_command(const std::vector<std::string>& args) {
+  const BenchConfig config = parse_bench(args);
+  const PathChoice path = choose_path(config.exec.device, config.exec.dtype);
+  const bool gpu = path.path == Path::kGpu;
+  const SweepDefaults& defaults = gpu ? kGpuSweep : kCpuSweep;
+  const TimingConfig timing = config.exec.timing(defaults.timing);
+  const std::vector<AttentionShape> shapes = sweep_shapes(config, defaults, gpu);
+
+  // One set of buffers, sized for the largest shape, serves the whole sweep: each shape
+  // reads a prefix of the same random inputs.
+  TensorCapacity capacity;
+  for (const AttentionShape& s : shapes) capacity.grow_to(s);
+  HostTensors host(capacity, config.exec.dtype, config.exec.seed);
+  std::unique_ptr<DeviceTensors> device;
+  if (gpu) device = std::make_unique<DeviceTensors>(host);
+
+  std::printf("fa3 bench: %s; %s; %zu shapes; median of %d calls after %d warm-up\n", describe(path).c_str(),
+              dtype_name(config.exec.dtype), shapes.size(), timing.iters, timing.warmup);
+  std::fflush(stdout);
+
+  std::vector<BenchRecord> records;
+  {
+    Progress progress(shapes.size());
+    cpu::Options cpu_options;
+    cpu_options.num_threads = config.exec.threads;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const AttentionShape& s = shapes[i];
+      progress.show(i, progress_label(s));
+      BenchRecord r = record_for(s, path);
+      const ForwardArgs host_args = forward_args(s, host.pointers());
+      Timing t;
+      Status status = gpu ? time_gpu_forward(forward_args(s, device->pointers()), timing, &t)
+                          : time_cpu_forward(host_args, cpu_options, timing, &t);
+      Problem problem;
+      if (status.is_ok()) status = validate_forward(host_args, cpu_target(), &problem);
+      if (status.is_ok()) {
+        r.ms = t.median_ms;
+        r.tflops = problem.forward_flops() / (t.median_ms * 1e-3) / 1e12;
+      } else {
+        r.error = status.to_string();
+      }
+      records.push_back(r);
+    }
+  }
+
+  std::fputs(table(records).c_str(), stdout);
+  bool failed = false;
+  for (const BenchRecord& r : records) {
+    if (r.error.empty()) continue;
+    std::fprintf(stderr, "fa3 bench: hdim %lld %s seqlen %lld: %s\n", static_cast<long long>(r.hdim),
+                 r.causal ? "causal" : "non-causal", static_cast<long long>(r.seqlen), r.error.c_str());
+    failed = true;
+  }
+  if (!config.json_path.empty()) write_file(config.json_path, to_json(records));
+  if (!config.csv_path.empty()) write_file(config.csv_path, to_csv(records));
+  return failed ? kExitError : kExitOk;
+}
+
+}  // namespace fa3::cli

@@ -1,0 +1,144 @@
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/validate.h"
+#include "commands.h"
+#include "common_flags.h"
+#include "device_choice.h"
+#include "device_tensors.h"
+#include "errors.h"
+#include "flags.h"
+#include "format.h"
+#include "host_tensors.h"
+#include "row_check.h"
+#include "shape.h"
+#include "timing.h"
+
+namespace fa3::cli {
+namespace {
+
+// A GPU call takes microseconds to milliseconds, a CPU call up to seconds.
+constexpr TimingConfig kGpuTiming{.warmup = 5, .iters = 20};
+constexpr TimingConfig kCpuTiming{.warmup = 1, .iters = 3};
+
+// Sampling more rows than this is a typo: 16 already cover every batch and head of
+// ordinary shapes, and small problems are checked whole.
+constexpr std::int64_t kMaxCheckRows = 1'000'000;
+
+struct RunConfig {
+  AttentionShape shape;  // defaults: batch 1, seqlen 512, 8 heads, head dim 128, bf16
+  ExecutionOptions exec;
+  std::int64_t check_rows = 16;
+};
+
+RunConfig parse_run(const std::vector<std::string>& args) {
+  RunConfig c;
+  AttentionShape& s = c.shape;
+  std::int64_t seqlen = s.seqlen_q;
+  std::optional<std::int64_t> seqlen_q, seqlen_k, nheads_kv;
+  std::vector<Flag> flags = {
+      size_flag("batch", &s.batch),
+      size_flag("seqlen", &seqlen),
+      size_flag("seqlen-q", &seqlen_q),
+      size_flag("seqlen-k", &seqlen_k),
+      size_flag("nheads", &s.nheads_q),
+      size_flag("nheads-kv", &nheads_kv),
+      size_flag("head-dim", &s.head_dim),
+      {"causal", false, [&](const std::string&) { s.options.causal = true; }},
+      {"window", true,
+       [&](const std::string& v) {
+         auto [left, right] = parse_window("window", v);
+         s.options.window_left = left;
+         s.options.window_right = right;
+       }},
+      {"softcap", true,
+       [&](const std::string& v) { s.options.softcap = static_cast<float>(parse_nonnegative("softcap", v)); }},
+      {"scale", true,
+       [&](const std::string& v) { s.options.softmax_scale = static_cast<float>(parse_nonnegative("scale", v)); }},
+      {"check-rows", true,
+       [&](const std::string& v) { c.check_rows = parse_int("check-rows", v, 0, kMaxCheckRows); }},
+  };
+  for (Flag& f : execution_flags(&c.exec)) flags.push_back(std::move(f));
+  apply_flags(args, flags);
+
+  // --seqlen-q/--seqlen-k win over --seqlen wherever they stand on the line.
+  s.seqlen_q = seqlen_q.value_or(seqlen);
+  s.seqlen_k = seqlen_k.value_or(seqlen);
+  s.nheads_kv = nheads_kv.value_or(s.nheads_q);
+  s.dtype = c.exec.dtype;
+
+  check_execution(c.exec);
+  if (s.nheads_q % s.nheads_kv != 0) {
+    throw UsageError("--nheads-kv " + std::to_string(s.nheads_kv) + " must divide --nheads " +
+                     std::to_string(s.nheads_q));
+  }
+  if (s.options.causal && s.options.window_right > 0) {
+    throw UsageError("--window right side " + std::to_string(s.options.window_right) +
+                     " conflicts with --causal (causal means right side 0)");
+  }
+  return c;
+}
+
+void report(const char* key, const std::string& value) { std::printf("  %-8s %s\n", key, value.c_str()); }
+
+std::string check_summary(const RowCheck& c) {
+  if (c.rows == 0) return "no rows compared (--check-rows 0); NaN scan of out and lse only";
+  return std::to_string(c.rows) + " rows vs the exact reference: max |out - ref| " + scientific(c.max_out_error, 2) +
+         ", max |lse - ref| " + scientific(c.max_lse_error, 2) + " (bound " + scientific(c.bound, 0) + ")";
+}
+
+std::string failure_reason(const RowCheck& c) {
+  std::vector<std::string> why;
+  if (c.nan_out) why.push_back(std::to_string(c.nan_out) + " NaN in out");
+  if (c.nan_lse) why.push_back(std::to_string(c.nan_lse) + " NaN in lse");
+  if (c.max_out_error > c.bound) why.push_back("out error above the bound");
+  if (why.empty()) why.push_back("lse error above the bound");
+  return join(why);
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args) {
+  const RunConfig config = parse_run(args);
+  const AttentionShape& shape = config.shape;
+  const PathChoice path = choose_path(config.exec.device, shape.dtype);
+  const TimingConfig timing = config.exec.timing(path.path == Path::kGpu ? kGpuTiming : kCpuTiming);
+
+  TensorCapacity capacity;
+  capacity.grow_to(shape);
+  HostTensors host(capacity, shape.dtype, config.exec.seed);
+  const ForwardArgs host_args = forward_args(shape, host.pointers());
+
+  Timing t;
+  if (path.path == Path::kGpu) {
+    const DeviceTensors device(host);
+    throw_if_error(time_gpu_forward(forward_args(shape, device.pointers()), timing, &t));
+    device.download_outputs(host);
+  } else {
+    cpu::Options options;
+    options.num_threads = config.exec.threads;
+    throw_if_error(time_cpu_forward(host_args, options, timing, &t));
+  }
+
+  // The call was accepted, so the CPU rules (a superset of the GPU's) accept it too.
+  Problem problem;
+  throw_if_error(validate_forward(host_args, cpu_target(), &problem));
+  const RowCheck check = check_rows(problem, host_args, sample_rows(problem, config.check_rows, config.exec.seed));
+
+  const double flops = problem.forward_flops();
+  std::printf("fa3 run\n");
+  report("path", describe(path));
+  report("problem", shape.describe());
+  report("time", fixed(t.median_ms, 3) + " ms (median of " + std::to_string(t.iters) + ", min " +
+                     fixed(t.min_ms, 3) + " ms, after " + std::to_string(timing.warmup) + " warm-up)");
+  report("speed", significant(flops / (t.median_ms * 1e-3) / 1e12, 3) + " TFLOP/s (" +
+                      significant(flops / 1e9, 3) + " GFLOP)");
+  report("check", check_summary(check));
+  report("result", check.passed ? "PASS" : "FAIL: " + failure_reason(check));
+  return check.passed ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace fa3::cli

@@ -1,0 +1,53 @@
+#include "common_flags.h"
+
+#include <string>
+
+#include "errors.h"
+
+namespace fa3::cli {
+namespace {
+
+// Iteration counts beyond this are typos; a million calls of the smallest shape
+// already take minutes.
+constexpr std::int64_t kMaxIters = 1'000'000;
+constexpr std::int64_t kMaxThreads = 4096;
+
+}  // namespace
+
+Flag size_flag(const char* name, std::int64_t* dst) {
+  return {name, true, [name, dst](const std::string& v) { *dst = parse_int(name, v, 1, kMaxSize); }};
+}
+
+Flag size_flag(const char* name, std::optional<std::int64_t>* dst) {
+  return {name, true, [name, dst](const std::string& v) { *dst = parse_int(name, v, 1, kMaxSize); }};
+}
+
+TimingConfig ExecutionOptions::timing(const TimingConfig& defaults) const {
+  TimingConfig t = defaults;
+  if (warmup) t.warmup = *warmup;
+  if (iters) t.iters = *iters;
+  return t;
+}
+
+std::vector<Flag> execution_flags(ExecutionOptions* o) {
+  return {
+      {"dtype", true, [o](const std::string& v) { o->dtype = parse_dtype("dtype", v); }},
+      {"device", true, [o](const std::string& v) { o->device = parse_device("device", v); }},
+      {"warmup", true, [o](const std::string& v) { o->warmup = static_cast<int>(parse_int("warmup", v, 0, kMaxIters)); }},
+      {"iters", true, [o](const std::string& v) { o->iters = static_cast<int>(parse_int("iters", v, 1, kMaxIters)); }},
+      {"threads", true,
+       [o](const std::string& v) { o->threads = static_cast<int>(parse_int("threads", v, 0, kMaxThreads)); }},
+      {"seed", true,
+       [o](const std::string& v) {
+         o->seed = static_cast<std::uint64_t>(parse_int("seed", v, 0, std::numeric_limits<std::int64_t>::max()));
+       }},
+  };
+}
+
+void check_execution(const ExecutionOptions& o) {
+  if (o.dtype == DType::kFloat32 && o.device == DeviceChoice::kGpu) {
+    throw UsageError("--dtype fp32 runs on the CPU only (use --device cpu or auto)");
+  }
+}
+
+}  // namespace fa3::cli

@@ -1,0 +1,41 @@
+// fa3 program — the flags `fa3 run` and `fa3 bench` share: sizes, and what runs where,
+// how it is timed, and the seed of the inputs.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "fa3/tensor.h"
+#include "flags.h"
+#include "timing.h"
+
+namespace fa3::cli {
+
+// The library takes sizes up to int32; anything larger is a typo, not a request.
+constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
+
+// --NAME N: a size in [1, kMaxSize].
+Flag size_flag(const char* name, std::int64_t* dst);
+Flag size_flag(const char* name, std::optional<std::int64_t>* dst);
+
+struct ExecutionOptions {
+  DType dtype = DType::kBFloat16;
+  DeviceChoice device = DeviceChoice::kAuto;
+  std::optional<int> warmup;  // unset: the path's default
+  std::optional<int> iters;   // unset: the path's default
+  int threads = 0;            // CPU path; 0: one per hardware thread
+  std::uint64_t seed = 0;
+
+  // `defaults` (the path's) with --warmup and --iters applied.
+  TimingConfig timing(const TimingConfig& defaults) const;
+};
+
+// --dtype, --device, --warmup, --iters, --threads, --seed.
+std::vector<Flag> execution_flags(ExecutionOptions* options);
+
+// Rules between those flags (fp32 has no GPU kernels); throws UsageError.
+void check_execution(const ExecutionOptions& options);
+
+}  // namespace fa3::cli

@@ -1,0 +1,23 @@
+#include "device_tensors.h"
+
+namespace fa3::cli {
+
+DeviceTensors::DeviceTensors(const HostTensors& host)
+    : q_(host.q_bytes()), k_(host.kv_bytes()), v_(host.kv_bytes()), out_(host.q_bytes()), lse_(host.lse_bytes()) {
+  const TensorPointers h = host.pointers();
+  cuda_check(cudaMemcpy(q_.get(), h.q, host.q_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy of q");
+  cuda_check(cudaMemcpy(k_.get(), h.k, host.kv_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy of k");
+  cuda_check(cudaMemcpy(v_.get(), h.v, host.kv_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy of v");
+  cuda_check(cudaMemset(out_.get(), 0xff, host.q_bytes()), "cudaMemset of out");
+  cuda_check(cudaMemset(lse_.get(), 0xff, host.lse_bytes()), "cudaMemset of lse");
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the uploads");
+}
+
+void DeviceTensors::download_outputs(HostTensors& host) const {
+  const TensorPointers h = host.pointers();
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before reading the outputs");
+  cuda_check(cudaMemcpy(h.out, out_.get(), host.q_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of out");
+  cuda_check(cudaMemcpy(h.lse, lse_.get(), host.lse_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of lse");
+}
+
+}  // namespace fa3::cli

@@ -1,0 +1,26 @@
+// fa3 program — device copies of the host tensors, for the GPU path.
+#pragma once
+
+#include "cuda_resources.h"
+#include "host_tensors.h"
+#include "shape.h"
+
+namespace fa3::cli {
+
+class DeviceTensors {
+ public:
+  // Uploads q, k and v; fills out and lse with the NaN pattern, as on the host.
+  explicit DeviceTensors(const HostTensors& host);
+
+  TensorPointers pointers() const {
+    return {q_.get(), k_.get(), v_.get(), out_.get(), static_cast<float*>(lse_.get())};
+  }
+
+  // Copies out and lse into the host tensors (waits for all device work first).
+  void download_outputs(HostTensors& host) const;
+
+ private:
+  DeviceBuffer q_, k_, v_, out_, lse_;
+};
+
+}  // namespace fa3::cli

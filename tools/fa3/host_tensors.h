@@ -1,0 +1,39 @@
+// fa3 program — host buffers for q, k, v, out and lse, with random normal inputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "fa3/tensor.h"
+#include "shape.h"
+
+namespace fa3::cli {
+
+// Fills `count` elements of `dtype` with N(0, 1) draws rounded to the dtype.
+// Deterministic in (seed, stream), whatever the number of threads used.
+void fill_normal(void* data, DType dtype, std::int64_t count, std::uint64_t seed, std::uint64_t stream);
+
+// Every byte 0xff: a NaN in fp32, fp16 and bf16, so an element the call never wrote
+// shows up as a NaN in the check.
+void fill_nan(void* data, std::size_t bytes);
+
+class HostTensors {
+ public:
+  // q, k, v random normal (independent streams of `seed`); out and lse NaN.
+  HostTensors(const TensorCapacity& capacity, DType dtype, std::uint64_t seed);
+
+  TensorPointers pointers() const {
+    return {q_.get(), k_.get(), v_.get(), out_.get(), reinterpret_cast<float*>(lse_.get())};
+  }
+  std::size_t q_bytes() const { return q_bytes_; }
+  std::size_t kv_bytes() const { return kv_bytes_; }
+  std::size_t lse_bytes() const { return lse_bytes_; }
+
+ private:
+  std::size_t q_bytes_, kv_bytes_, lse_bytes_;
+  // Left uninitialised by allocation: every byte is filled right after.
+  std::unique_ptr<std::byte[]> q_, k_, v_, out_, lse_;
+};
+
+}  // namespace fa3::cli

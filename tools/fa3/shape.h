@@ -1,0 +1,55 @@
+// fa3 program — one attention problem as the command line describes it, and the views
+// of it over buffers (fa3's layout, contiguous).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fa3/attention.h"
+
+namespace fa3::cli {
+
+struct AttentionShape {
+  std::int64_t batch = 1;
+  std::int64_t seqlen_q = 512;
+  std::int64_t seqlen_k = 512;
+  std::int64_t nheads_q = 8;
+  std::int64_t nheads_kv = 8;
+  std::int64_t head_dim = 128;
+  DType dtype = DType::kBFloat16;
+  AttentionOptions options;
+
+  // Element counts; throw RunError when one does not fit in 64 bits (sizes up to int32
+  // each can multiply past it).
+  std::int64_t q_elements() const;
+  std::int64_t kv_elements() const;
+  std::int64_t lse_elements() const;
+
+  // "batch 1, seqlen_q 512, seqlen_k 512, nheads 8 (kv 8), head dim 128, bf16, causal"
+  std::string describe() const;
+};
+
+// Base pointers of the five tensors; q, k, v, out in the shape's dtype, lse fp32.
+struct TensorPointers {
+  void* q = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;
+};
+
+// q, out (batch, seqlen_q, nheads_q, head_dim); k, v (batch, seqlen_k, nheads_kv,
+// head_dim); lse (batch, nheads_q, seqlen_q); all contiguous.
+ForwardArgs forward_args(const AttentionShape& shape, const TensorPointers& ptrs);
+
+// Element counts large enough for every shape it has grown to: one allocation serves a
+// whole sweep.
+struct TensorCapacity {
+  std::int64_t q_elements = 0;
+  std::int64_t kv_elements = 0;
+  std::int64_t lse_elements = 0;
+
+  void grow_to(const AttentionShape& shape);
+};
+
+}  // namespace fa3::cli
