@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The GPU check: on a Hopper machine (no network needed) build Release with every
+# core, run the GPU tests (C++ and, when nanobind and torch are present, Python),
+# run compute-sanitizer on small cases, and benchmark against PyTorch's SDPA
+# backends (bench/bench_attention.py; the C++ `fa3 bench` when torch is absent).
+# Logs and results go to the --out directory; a short summary is printed last.
+#
+#   scripts/gpu_check.sh --out DIR (--cutlass INCLUDE_DIR | --cutlass-tarball FILE)
+#       [--head-dims "64;128"] [--dtypes "bf16"] [--build-dir DIR]
+#       [--tests REGEX] [--test-timeout S] [--no-tests] [--no-python] [--no-sanitizer]
+#       [--no-bench] [--bench-args "..."]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+out="" cutlass="" tarball="" head_dims="64;96;128;192;256" dtypes="fp16;bf16" build_dir="build-gpu"
+tests_regex="" test_timeout=600 run_tests=1 run_python=1 run_sanitizer=1 run_bench=1 bench_args=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --cutlass) cutlass=$2; shift 2 ;;
+    --cutlass-tarball) tarball=$2; shift 2 ;;
+    --head-dims) head_dims=$2; shift 2 ;;
+    --dtypes) dtypes=$2; shift 2 ;;
+    --build-dir) build_dir=$2; shift 2 ;;
+    --tests) tests_regex=$2; shift 2 ;;
+    --test-timeout) test_timeout=$2; shift 2 ;;
+    --no-tests) run_tests=0; shift ;;
+    --no-python) run_python=0; shift ;;
+    --no-sanitizer) run_sanitizer=0; shift ;;
+    --no-bench) run_bench=0; shift ;;
+    --bench-args) bench_args=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$out" ] || { echo "gpu_check: --out DIR is required" >&2; exit 2; }
+mkdir -p "$out"
+
+if [ -n "$tarball" ]; then
+  cutlass="$(mktemp -d)/include"
+  mkdir -p "$cutlass" && tar -C "$cutlass" -xzf "$tarball" || { echo "gpu_check: cannot unpack $tarball" >&2; exit 2; }
+fi
+[ -f "$cutlass/cute/tensor.hpp" ] || { echo "gpu_check: no CUTLASS headers at '$cutlass'" >&2; exit 2; }
+
+declare -A result
+step() {  # step NAME LOGFILE COMMAND...: runs, logs, records pass/fail and seconds
+  local name=$1 log=$2; shift 2
+  local t0=$SECONDS
+  "$@" >"$log" 2>&1
+  local rc=$?
+  result[$name]="$([ $rc -eq 0 ] && echo ok || echo "FAILED (rc $rc)") $((SECONDS - t0))s"
+  return $rc
+}
+
+if [ $run_python -eq 1 ] && ! python3 -m nanobind --cmake_dir >/dev/null 2>&1; then
+  echo "gpu_check: nanobind not found; skipping the Python parts"
+  run_python=0
+fi
+has_torch=0
+python3 -c "import torch" >/dev/null 2>&1 && has_torch=1
+
+jobs=$(nproc)
+step configure "$out/build.log" cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DFA3_CUTLASS_INCLUDE="$cutlass" -DFA3_HEAD_DIMS="$head_dims" -DFA3_DTYPES="$dtypes" -DFA3_PTXAS_VERBOSE=ON \
+  -DFA3_BUILD_PYTHON=$([ $run_python -eq 1 ] && echo ON || echo OFF)
+if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
+  cat "$out/build-steps.log" >>"$out/build.log"
+  rm -f "$out/build-steps.log"
+  # Registers / spills per kernel, for the perf log.
+  grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 "fwd_kernel" >"$out/ptxas.txt" || true
+
+  # Smoke: one small call per head dim and mask under a short timeout, so that a hang
+  # costs seconds, not the test suite's timeouts.
+  smoke_ok=1
+  for hd in ${head_dims//;/ }; do
+    for c in "" "--causal"; do
+      echo "== smoke hdim $hd $c" >>"$out/smoke.log"
+      timeout 30 "$build_dir/tools/fa3" run --device gpu --head-dim "$hd" $c --batch 2 --seqlen 1000 \
+        --check-rows 64 >>"$out/smoke.log" 2>&1 || { smoke_ok=0; echo "   FAILED (rc $?)" >>"$out/smoke.log"; }
+    done
+  done
+  result[smoke]="$([ $smoke_ok -eq 1 ] && echo ok || echo FAILED)"
+  if [ $smoke_ok -eq 0 ]; then
+    run_tests=0 run_sanitizer=0 run_bench=0
+    cat "$out/smoke.log"
+  fi
+
+  if [ $run_tests -eq 1 ]; then
+    filter=(-L gpu)
+    [ -n "$tests_regex" ] && filter=(-R "$tests_regex")
+    step gpu_tests "$out/gpu-tests.log" ctest --test-dir "$build_dir" "${filter[@]}" --timeout "$test_timeout" --output-on-failure
+    if [ $run_python -eq 1 ]; then
+      step python_tests "$out/python-tests.log" env PYTHONPATH="$build_dir/python" \
+        timeout "$test_timeout" python3 -m pytest -q -rs tests/python
+    fi
+  fi
+  if [ $run_sanitizer -eq 1 ]; then
+    fa3="$build_dir/tools/fa3"
+    small="--seqlen-q 137 --seqlen-k 211 --nheads 4 --nheads-kv 2 --iters 1 --warmup 0 --check-rows 8"
+    {
+      c=""
+      for hd in ${head_dims//;/ }; do
+        echo "== memcheck hdim $hd $c"
+        compute-sanitizer --tool memcheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $small $c || exit 1
+        c=$([ -z "$c" ] && echo --causal || echo "")
+      done
+      echo "== synccheck"
+      compute-sanitizer --tool synccheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small --causal || exit 1
+      echo "== racecheck"
+      compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small || exit 1
+    } >"$out/sanitizer.log" 2>&1
+    result[sanitizer]="$([ $? -eq 0 ] && echo ok || echo FAILED)"
+  fi
+  if [ $run_bench -eq 1 ]; then
+    if [ $run_python -eq 1 ] && [ $has_torch -eq 1 ]; then
+      step bench "$out/bench.log" env PYTHONPATH="$build_dir/python" PYTHONUNBUFFERED=1 \
+        python3 bench/bench_attention.py --out-dir "$out" $bench_args
+    else
+      step bench "$out/bench.log" "$build_dir/tools/fa3" bench --device gpu --json "$out/bench-fa3.json" $bench_args
+    fi
+  fi
+else
+  cat "$out/build-steps.log" >>"$out/build.log"
+  rm -f "$out/build-steps.log"
+  tail -40 "$out/build.log"
+fi
+
+echo
+echo "== gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+for k in configure build smoke gpu_tests python_tests sanitizer bench; do
+  [ -n "${result[$k]:-}" ] && printf '  %-10s %s\n' "$k" "${result[$k]}"
+done
+[ -f "$out/gpu-tests.log" ] && grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$out/gpu-tests.log" | tail -15
+[ -f "$out/python-tests.log" ] && tail -3 "$out/python-tests.log"
+[ -f "$out/bench.log" ] && tail -45 "$out/bench.log"
+for k in "${!result[@]}"; do case "${result[$k]}" in FAILED*) exit 1 ;; esac; done
+exit 0

@@ -1,0 +1,75 @@
+// fa3 — forward epilogue: O goes registers -> shared memory (stmatrix) -> global
+// memory (one TMA store, which also clips rows past seqlen_q); LSE is written per row.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm90.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "hopper/barriers.cuh"
+#include "hopper/fragment.cuh"
+#include "hopper/fwd_params.h"
+#include "hopper/tile_scheduler.cuh"
+
+namespace fa3::hopper {
+
+template <class Traits>
+struct FwdEpilogue {
+  using Element = typename Traits::Element;
+  using BM = typename Traits::BM;
+  using BN = typename Traits::BN;
+  using D = typename Traits::D;
+  static constexpr int kConsumerThreads = Traits::kConsumerThreads;
+
+  // `tOrO` is normalized; `lse` holds this thread's rows. All consumer threads call it.
+  template <class Params, class TensorO, int kRows>
+  __device__ static void store(const Params& params, typename Traits::SharedStorage& smem, int tid, TileCoord tile,
+                               const TensorO& tOrO, const float (&lse)[kRows]) {
+    using namespace cute;
+    const FwdParams& p = params.p;
+    Tensor sO = make_tensor(make_smem_ptr(smem.o_buffer()), typename Traits::SmemLayoutO{});
+    auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::TiledMmaPV{});
+    auto thr_copy = copy_o.get_thread_slice(tid);
+    auto rO = convert_fragment<Element>(tOrO);
+    Tensor tRrO = thr_copy.retile_S(rO);
+    Tensor tRsO = thr_copy.partition_D(sO);
+
+    // O's buffer is free once the previous tile's store has read it (only the thread
+    // that issued it can tell) and, when it is Q's buffer, once every warpgroup is
+    // done with Q; the barrier publishes both.
+    if (tid == 0) tma_store_wait<0>();
+    barrier_sync(NamedBarrier::kEpilogue, kConsumerThreads);
+    copy(copy_o, tRrO, tRsO);
+    // Generic-proxy writes must be visible to the TMA (async proxy) before it reads.
+    cutlass::arch::fence_view_async_shared();
+    barrier_sync(NamedBarrier::kEpilogue, kConsumerThreads);
+    if (tid == 0) {
+      Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
+      Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
+      auto thr_tma = params.tma_o.get_slice(_0{});
+      copy(params.tma_o, thr_tma.partition_S(sO), thr_tma.partition_D(gO));
+      tma_store_arrive();
+    }
+
+    if (p.lse != nullptr && tid % 4 == 0) {
+      // Quad leaders hold complete row statistics; rows are those of the S fragment.
+      typename Traits::TiledMmaQK mma_qk;
+      Tensor tScS = mma_qk.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<BM, BN>{}));
+      auto coord = rowcol_view(tScS);
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = tile.m_block * Traits::kBlockM + get<0>(coord(r, 0));
+        if (row < p.seqlen_q) {
+          p.lse[tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride + row * p.lse_row_stride] = lse[r];
+        }
+      }
+    }
+  }
+
+  // Before the CTA exits (or reuses O's buffer for Q), the last store must have read it.
+  __device__ static void drain(int tid) {
+    if (tid == 0) cute::tma_store_wait<0>();
+  }
+};
+
+}  // namespace fa3::hopper

@@ -1,0 +1,212 @@
+// fa3 — the forward mainloop: the producer warp's TMA loads and the consumer
+// warpgroups' GEMMs and online softmax for one (query block, head, batch) tile.
+//
+// Consumers overlap inside a warpgroup: S_j = Q·K_jᵀ is issued before P_{j-1}·V_{j-1},
+// so the tensor cores work on both while the warpgroup waits only for S_j, runs the
+// softmax of block j, then waits for the P·V. Across warpgroups ("ping-pong") named
+// barriers let one warpgroup issue GEMMs while the other runs its softmax.
+//
+// Key blocks are visited from last to first, so that the blocks needing a mask
+// (causal diagonal, sequence end) come first and the mask test is a uniform branch.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "hopper/barriers.cuh"
+#include "hopper/fragment.cuh"
+#include "hopper/mask.cuh"
+#include "hopper/pipeline.cuh"
+#include "hopper/softmax.cuh"
+#include "hopper/tile_scheduler.cuh"
+
+namespace fa3::hopper {
+
+// Issues one warpgroup GEMM batch (all K steps) and commits it; waiting is the caller's.
+template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
+__device__ __forceinline__ void gemm_async(TiledMma& mma, const TA& a, const TB& b, TC& c) {
+  using namespace cute;
+  // A is either shared-memory descriptors (S = Q·Kᵀ) or registers (P in P·V).
+  constexpr bool kARegisters = !is_same_v<remove_cvref_t<typename TA::value_type>, GmmaDescriptor>;
+  if constexpr (kARegisters) warpgroup_fence_operand(const_cast<TA&>(a));
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  mma.accumulate_ = kZeroInit ? SM90::GMMA::ScaleOut::Zero : SM90::GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = SM90::GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+  if constexpr (kARegisters) warpgroup_fence_operand(const_cast<TA&>(a));
+}
+
+template <class Traits>
+struct FwdProducer {
+  using Element = typename Traits::Element;
+  using BM = typename Traits::BM;
+  using BN = typename Traits::BN;
+  using D = typename Traits::D;
+  using SharedStorage = typename Traits::SharedStorage;
+  using Pipeline = typename Traits::Pipeline;
+  using State = StageState<Traits::kStages>;
+
+  State k_state = Pipeline::producer_start();
+  State v_state = Pipeline::producer_start();
+
+  // Loads Q, then K and V blocks [0, n_end) last-first, for one tile. One thread calls it.
+  template <class Params>
+  __device__ void load_tile(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
+                            TileCoord tile, int n_end) {
+    using namespace cute;
+    const FwdParams& p = params.p;
+    const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
+
+    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
+    Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+
+    Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
+    Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), Shape<BN, D>{}, make_coord(_, _0{}));  // (BN, D, n)
+    Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
+    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+
+    Tensor mVt = params.tma_v.get_tma_tensor(make_shape(p.head_dim, p.seqlen_k, p.nheads_kv, p.batch));
+    Tensor gVt = local_tile(mVt(_, _, head_kv, tile.batch), Shape<D, BN>{}, make_coord(_0{}, _));  // (D, BN, n)
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
+    auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
+    copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
+    for (int n = n_end - 1; n >= 0; --n) {
+      std::uint64_t* k_full = k_pipe.producer_acquire(k_state, Traits::kKVBytes);
+      copy(params.tma_k.with(*k_full), tKgK(_, n), tKsK(_, k_state.index));
+      k_state.advance();
+      std::uint64_t* v_full = v_pipe.producer_acquire(v_state, Traits::kKVBytes);
+      copy(params.tma_v.with(*v_full), tVgV(_, n), tVsV(_, v_state.index));
+      v_state.advance();
+    }
+  }
+};
+
+template <class Traits, class Mask>
+struct FwdConsumer {
+  using Element = typename Traits::Element;
+  using BM = typename Traits::BM;
+  using BN = typename Traits::BN;
+  using D = typename Traits::D;
+  using SharedStorage = typename Traits::SharedStorage;
+  using Pipeline = typename Traits::Pipeline;
+  using State = StageState<Traits::kStages>;
+  static constexpr int kConsumerWGs = Traits::kConsumerWGs;
+  static constexpr bool kPingpong = Traits::kCfg.pingpong && kConsumerWGs > 1;
+
+  typename Traits::TiledMmaQK mma_qk;
+  typename Traits::TiledMmaPV mma_pv;
+  int tid;  // index among consumer threads
+  int wg;   // consumer warpgroup
+  bool lane0;
+  State k_state;
+  State v_state;
+  std::uint32_t q_phase = 0;
+
+  __device__ explicit FwdConsumer(int consumer_thread)
+      : tid(consumer_thread), wg(consumer_thread / 128), lane0(consumer_thread % 32 == 0) {}
+
+  // Ping-pong: wait for this warpgroup's turn to issue GEMMs / hand the turn on.
+  __device__ __forceinline__ void turn_wait() {
+    if constexpr (kPingpong) barrier_sync(warp_scheduler_barrier(wg), 256);
+  }
+  __device__ __forceinline__ void turn_pass() {
+    if constexpr (kPingpong) barrier_arrive(warp_scheduler_barrier((wg + 1) % kConsumerWGs), 256);
+  }
+  // The first turn belongs to warpgroup 0: the last warpgroup hands it over at start.
+  __device__ __forceinline__ void turn_start() {
+    if constexpr (kPingpong) {
+      if (wg == kConsumerWGs - 1) barrier_arrive(warp_scheduler_barrier(0), 256);
+    }
+  }
+
+  // Runs the tile's mainloop. On return tOrO holds the unnormalized output and
+  // `softmax` the row statistics (empty rows: O = 0, sum 0).
+  template <class TensorO, class Softmax>
+  __device__ void mma_tile(SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask, int m_block,
+                           int n_end, TensorO& tOrO, Softmax& softmax) {
+    using namespace cute;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
+    auto thr_qk = mma_qk.get_thread_slice(tid);
+    auto thr_pv = mma_pv.get_thread_slice(tid);
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+    Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
+    Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<BM, BN>{}));
+    auto coord = rowcol_view(tScS);
+
+    clear(tOrO);
+    // Every tile has a Q load, even one that sees no key, so that consumers never run
+    // more than one tile ahead of the producer (see the QueryEmpty handshake).
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, q_phase);
+    q_phase ^= 1u;
+    if (n_end <= 0) return;
+
+    Tensor tSrS = partition_fragment_C(mma_qk, Shape<BM, BN>{});
+    auto s = rowcol_view(tSrS);
+    auto o = rowcol_view(tOrO);
+    const int row0 = m_block * Traits::kBlockM;
+    float rescale[Softmax::kRowsPerThread];
+
+    int n = n_end - 1;
+    k_pipe.consumer_wait(k_state);
+    turn_wait();
+    gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index), tSrS);
+    turn_pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+    k_pipe.consumer_release(k_state, lane0);
+    k_state.advance();
+    if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
+      apply_mask(mask, s, coord, row0, n * Traits::kBlockN);
+    }
+    softmax.template update<true>(s, rescale);
+    auto rP = convert_fragment<Element>(tSrS);
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
+
+    for (--n; n >= 0; --n) {
+      k_pipe.consumer_wait(k_state);
+      turn_wait();
+      gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index), tSrS);
+      v_pipe.consumer_wait(v_state);
+      gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, v_state.index), tOrO);
+      turn_pass();
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);
+      k_pipe.consumer_release(k_state, lane0);
+      k_state.advance();
+      if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
+        apply_mask(mask, s, coord, row0, n * Traits::kBlockN);
+      }
+      softmax.template update<false>(s, rescale);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      v_pipe.consumer_release(v_state, lane0);
+      v_state.advance();
+      rescale_rows(o, rescale);
+      convert_into(rP, tSrS);
+    }
+
+    v_pipe.consumer_wait(v_state);
+    turn_wait();
+    gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, v_state.index), tOrO);
+    turn_pass();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+    v_pipe.consumer_release(v_state, lane0);
+    v_state.advance();
+  }
+};
+
+}  // namespace fa3::hopper

@@ -1,0 +1,114 @@
+// fa3 — the CuTe types of one forward kernel configuration: MMAs, shared-memory
+// layouts, TMA copies. Derived from (Element, head dim, FwdConfig) alone.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "hopper/fwd_config.h"
+#include "hopper/pipeline.cuh"
+
+namespace fa3::hopper {
+
+namespace detail {
+
+// The widest GMMA swizzle whose atom tiles `kExtent` elements of the contiguous mode.
+template <cute::SM90::GMMA::Major kMajor, class Element, int kExtent>
+constexpr auto smem_atom() {
+  using namespace cute::SM90::GMMA;
+  constexpr int kBits = cute::sizeof_bits_v<Element>;
+  if constexpr (kExtent * kBits % 1024 == 0) {
+    return Layout_SW128_Atom<Element, kMajor>{};
+  } else if constexpr (kExtent * kBits % 512 == 0) {
+    return Layout_SW64_Atom<Element, kMajor>{};
+  } else {
+    static_assert(kExtent * kBits % 256 == 0, "tile extent too small for any GMMA swizzle");
+    return Layout_SW32_Atom<Element, kMajor>{};
+  }
+}
+
+}  // namespace detail
+
+template <class Element_, int kHeadDim_, FwdConfig kCfg_>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr FwdConfig kCfg = kCfg_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kCfg.block_m;
+  static constexpr int kBlockN = kCfg.block_n;
+  static constexpr int kStages = kCfg.stages;
+  static constexpr int kConsumerWGs = kCfg.consumer_wgs;
+  static constexpr int kConsumerThreads = 128 * kConsumerWGs;
+  static constexpr int kThreads = kCfg.threads();
+  static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
+  static_assert(kBlockM == 64 * kConsumerWGs, "each consumer warpgroup owns 64 query rows");
+  static_assert(kBlockN % 16 == 0, "block_n is the K extent of the P·V GEMM");
+
+  using BM = cute::Int<kBlockM>;
+  using BN = cute::Int<kBlockN>;
+  using D = cute::Int<kHeadDim>;
+  using AtomLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWGs>, cute::_1, cute::_1>>;
+
+  // S = Q·Kᵀ: both operands from shared memory, K-major.
+  using TiledMmaQK = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BN, D>>(), AtomLayout{}));
+  // O += P·V: P from registers, V read as a (head_dim x block_n) MN-major operand.
+  using TiledMmaPV = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, D, BN>,
+                                       cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>(),
+      AtomLayout{}));
+
+  using SmemLayoutQ = decltype(cute::tile_to_shape(
+      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BM, D>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(
+      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(),
+      cute::Shape<BN, D, cute::Int<kStages>>{}));
+  // V lands in shared memory already transposed: TMA reads it as (head_dim, seqlen).
+  using SmemLayoutVt = decltype(cute::tile_to_shape(
+      detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDim>(),
+      cute::Shape<D, BN, cute::Int<kStages>>{}));
+  using SmemLayoutO = SmemLayoutQ;
+
+  // Global tensors as TMA sees them: (rows, head_dim, head, batch), head_dim contiguous;
+  // V as (head_dim, rows, head, batch).
+  using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GmemStrideVt = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
+
+  template <class Stride>
+  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                                GmemShape{}, Stride{}));
+
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{}, SmemLayoutQ{},
+                                            cute::Shape<BM, D>{}, cute::_1{}));
+  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{},
+                                            cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BN, D>{}, cute::_1{}));
+  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStrideVt>{},
+                                            cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<D, BN>{}, cute::_1{}));
+  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<GmemStride>{}, SmemLayoutO{},
+                                            cute::Shape<BM, D>{}, cute::_1{}));
+
+  static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = TmaPipeline<kStages>;
+
+  // 128-byte swizzles repeat every 1024 bytes: each operand starts on such a boundary.
+  struct SharedStorage {
+    alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];
+    alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
+    alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
+    alignas(1024) Element o[kCfg.o_aliases_q ? 1 : cute::cosize_v<SmemLayoutO>];
+    alignas(16) std::uint64_t q_full;
+    typename Pipeline::Storage k_pipe;
+    typename Pipeline::Storage v_pipe;
+
+    __device__ Element* o_buffer() { return kCfg.o_aliases_q ? q : o; }
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
+};
+
+}  // namespace fa3::hopper

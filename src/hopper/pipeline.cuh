@@ -1,0 +1,65 @@
+// fa3 — a shared-memory ring filled by TMA and drained by wgmma, guarded by one
+// "full" mbarrier (TMA transaction bytes) and one "empty" mbarrier per stage.
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+
+#include <cstdint>
+
+namespace fa3::hopper {
+
+// Position in a ring of kStages buffers, with the parity of the current lap.
+template <int kStages>
+struct StageState {
+  int index = 0;
+  std::uint32_t phase = 0;
+
+  __device__ __forceinline__ void advance() {
+    if (++index == kStages) {
+      index = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+template <int kStages>
+struct TmaPipeline {
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+
+  struct Storage {
+    std::uint64_t full[kStages];
+    std::uint64_t empty[kStages];
+  };
+
+  Storage* storage;
+
+  // One thread initialises; `consumer_arrivals` arrivals free a stage.
+  __device__ static void init(Storage& s, int consumer_arrivals) {
+    for (int i = 0; i < kStages; ++i) {
+      Barrier::init(&s.full[i], 1);
+      Barrier::init(&s.empty[i], consumer_arrivals);
+    }
+  }
+
+  // The producer starts one lap ahead: every stage is empty at first.
+  __device__ static StageState<kStages> producer_start() { return {0, 1u}; }
+
+  // Producer (one thread): wait for the stage to be free, then announce the bytes the
+  // TMA copies about to be issued will deliver. Returns the barrier they signal.
+  __device__ __forceinline__ std::uint64_t* producer_acquire(const StageState<kStages>& st, std::uint32_t bytes) {
+    Barrier::wait(&storage->empty[st.index], st.phase);
+    Barrier::arrive_and_expect_tx(&storage->full[st.index], bytes);
+    return &storage->full[st.index];
+  }
+
+  __device__ __forceinline__ void consumer_wait(const StageState<kStages>& st) {
+    Barrier::wait(&storage->full[st.index], st.phase);
+  }
+
+  // One arrival per consumer warp (lane 0), after the warp's reads are complete.
+  __device__ __forceinline__ void consumer_release(const StageState<kStages>& st, bool lane0) {
+    if (lane0) Barrier::arrive(&storage->empty[st.index]);
+  }
+};
+
+}  // namespace fa3::hopper

@@ -1,0 +1,96 @@
+// fa3 — online softmax over a thread's rows of the score fragment, fp32 throughout.
+//
+// Scores arrive unscaled. Exponentials use exp2 with the softmax scale folded into a
+// single FMA: p = 2^(s * scale*log2(e) - m * scale*log2(e)). Row sums stay per-thread
+// partial sums until the end (the four threads of a quad share a row), which saves
+// two shuffles per row per key block.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "hopper/arch/ptx.cuh"
+
+namespace fa3::hopper {
+
+// Max / sum over the four lanes of a quad (lanes that hold the same rows).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  static constexpr int kRowsPerThread = kRows;
+  float row_max[kRows];  // running max of raw scores; -inf while a row has seen nothing
+  float row_sum[kRows];  // this thread's partial sum of exp2(...) relative to row_max
+  float scale_log2;
+
+  __device__ explicit OnlineSoftmax(float softmax_scale_log2) : scale_log2(softmax_scale_log2) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -INFINITY;
+      row_sum[r] = 0.f;
+    }
+  }
+
+  // Folds the (rows, cols) score view `s` into the running statistics, overwriting
+  // it with unnormalized probabilities. Returns through `rescale` the factor by which
+  // earlier output accumulators must shrink (ignored on the first block).
+  template <bool kFirst, class TensorS>
+  __device__ __forceinline__ void update(TensorS& s, float (&rescale)[kRows]) {
+    static_assert(decltype(cute::size<0>(s))::value == kRows);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float m = row_max[r];
+      CUTE_UNROLL
+      for (int c = 0; c < cute::size<1>(s); ++c) m = fmaxf(m, s(r, c));
+      m = quad_max(m);
+      // A row that has seen only masked keys keeps max -inf; exponentiate against 0
+      // instead so that exp2(-inf) = 0 and no NaN appears.
+      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      if constexpr (!kFirst) {
+        rescale[r] = arch::exp2_approx(row_max[r] * scale_log2 - m_scaled);
+        row_sum[r] *= rescale[r];
+      }
+      row_max[r] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < cute::size<1>(s); ++c) {
+        s(r, c) = arch::exp2_approx(fmaf(s(r, c), scale_log2, -m_scaled));
+        sum += s(r, c);
+      }
+      row_sum[r] += sum;
+    }
+  }
+
+  // Final normalization: multiplies each row of `o` by 1/sum and returns the
+  // natural-log LSE per row (-inf, with o = 0, for rows that saw no key).
+  template <class TensorO>
+  __device__ __forceinline__ void finalize(TensorO& o, float softmax_scale, float (&lse)[kRows]) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const bool empty = sum == 0.f || sum != sum;
+      const float inv = empty ? 0.f : 1.f / sum;
+      lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + logf(sum);
+      CUTE_UNROLL
+      for (int c = 0; c < cute::size<1>(o); ++c) o(r, c) *= inv;
+    }
+  }
+};
+
+// Multiplies each row of the (rows, cols) view `o` by its factor.
+template <int kRows, class TensorO>
+__device__ __forceinline__ void rescale_rows(TensorO& o, const float (&factor)[kRows]) {
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(o); ++c) o(r, c) *= factor[r];
+  }
+}
+
+}  // namespace fa3::hopper

@@ -1,0 +1,89 @@
+// Helpers for tests that run kernels: skipping without a Hopper GPU, device buffers,
+// random fills on the device, and the accuracy rule of TESTING.md.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "api/problem.h"
+#include "fa3/attention.h"
+#include "fa3/device.h"
+
+namespace fa3::test {
+
+#define FA3_CUDA_CHECK(expr)                                                              \
+  do {                                                                                    \
+    cudaError_t err_ = (expr);                                                            \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_);             \
+  } while (0)
+
+// Skips (reported as skipped, never passed) when no Hopper GPU is present.
+#define FA3_REQUIRE_HOPPER()                                                              \
+  do {                                                                                    \
+    if (!::fa3::current_device().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU (sm_90)"; \
+  } while (0)
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }
+  std::vector<std::uint8_t> to_host() const;
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Device fills: standard normal values of `dtype` (deterministic in `seed`), or NaN.
+void fill_normal(void* ptr, DType dtype, std::int64_t count, std::uint64_t seed);
+void fill_nan(void* ptr, DType dtype, std::int64_t count);
+
+// A tensor of shape (d0, d1, d2, d3) inside a buffer with padding: `pad` extra
+// elements after each row of the last dim, `row_pad` extra rows per batch, and a
+// `margin` of elements after the last one. Padding and margin hold NaN.
+struct PaddedTensor {
+  DeviceBuffer buffer;
+  TensorView view;
+  std::int64_t used_elements = 0;  // through the last element of the view
+  std::int64_t total_elements = 0;
+};
+PaddedTensor make_tensor(DType dtype, std::int64_t d0, std::int64_t d1, std::int64_t d2, std::int64_t d3,
+                         std::uint64_t seed, std::int64_t pad = 0, std::int64_t row_pad = 0,
+                         std::int64_t margin = 0);
+
+// Elements from the view's first to its last element (inclusive).
+std::int64_t span_elements(const TensorView& view);
+
+// Reads a view (any strides) into a dense fp32 host vector in (d0, d1, d2, d3) order.
+std::vector<float> dense_host(const TensorView& view);
+
+// max |a - b| over all elements (NaN anywhere gives +inf).
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+struct AccuracyReport {
+  double out_err = 0, out_low_err = 0;  // max|out - ref|, max|low - ref|
+  double lse_err = 0, lse_low_err = 0;
+  std::string summary() const;
+};
+
+// Poisons args.out / args.lse with NaN, runs fa3::forward (which must succeed), runs
+// the CUDA reference in fp32 and in the inputs' precision, and compares.
+AccuracyReport check_forward(const ForwardArgs& args);
+
+// The forward accuracy rule: max|out-ref| <= 2 max|low-ref| + 1e-5 and an absolute
+// cap (bf16 2e-2, fp16 4e-3); NaN never passes.
+::testing::AssertionResult forward_accurate(const AccuracyReport& r, DType dtype);
+
+}  // namespace fa3::test

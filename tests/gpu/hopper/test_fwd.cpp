@@ -1,0 +1,214 @@
+// The Hopper forward kernel against the CUDA reference: the accuracy rule over the
+// shape list of TESTING.md, and the guards (unwritten output, out-of-bounds reads,
+// determinism, races, 64-bit offsets, rejected pointers).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/gpu_test_util.h"
+#include "fa3/fa3.h"
+
+namespace fa3::test {
+namespace {
+
+struct Shape {
+  std::int64_t batch, seqlen_q, seqlen_k, nheads_q, nheads_kv;
+};
+
+// Seqlens from TESTING.md, paired unequal both ways; head layouts cycle MHA / GQA 8:2 / MQA 8:1.
+std::vector<Shape> accuracy_shapes() {
+  const std::vector<std::pair<std::int64_t, std::int64_t>> lens = {
+      {1, 1},      {2, 2},       {3, 17},      {17, 3},     {113, 113},   {127, 129}, {128, 128},
+      {129, 127},  {239, 799},   {799, 239},   {1023, 1024}, {1024, 1023}, {1025, 1025}, {1, 1025},
+      {1025, 1},   {4224, 4224},
+  };
+  const std::int64_t heads[3][2] = {{4, 4}, {8, 2}, {8, 1}};
+  std::vector<Shape> shapes;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const auto& h = heads[i % 3];
+    const std::int64_t batch = lens[i].first * lens[i].second > 1000000 ? 1 : 2;
+    shapes.push_back({batch, lens[i].first, lens[i].second, h[0], h[1]});
+  }
+  return shapes;
+}
+
+struct Inputs {
+  PaddedTensor q, k, v, out, lse;
+  ForwardArgs args;
+};
+
+Inputs make_inputs(DType dtype, const Shape& s, std::int64_t d, bool causal, std::uint64_t seed,
+                   std::int64_t pad = 0, std::int64_t row_pad = 0, std::int64_t margin = 0) {
+  Inputs in;
+  in.q = make_tensor(dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 1, pad, row_pad, margin);
+  in.k = make_tensor(dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 2, pad, row_pad, margin);
+  in.v = make_tensor(dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 3, pad, row_pad, margin);
+  in.out = make_tensor(dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 4, pad, row_pad, margin);
+  // lse as a 3-d view (batch, heads, seqlen) inside a padded 4-d allocation.
+  in.lse = make_tensor(DType::kFloat32, s.batch, s.nheads_q, s.seqlen_q, 1, seed + 5, 0, row_pad, margin);
+  TensorView lse = in.lse.view;
+  lse.rank = 3;
+  in.args.q = in.q.view;
+  in.args.k = in.k.view;
+  in.args.v = in.v.view;
+  in.args.out = in.out.view;
+  in.args.lse = lse;
+  in.args.options.causal = causal;
+  return in;
+}
+
+std::vector<DType> built_dtypes() {
+  std::vector<DType> out;
+  for (const std::string& name : build_info().dtypes) out.push_back(name == "fp16" ? DType::kFloat16 : DType::kBFloat16);
+  return out;
+}
+
+class FwdAccuracy : public ::testing::TestWithParam<std::tuple<DType, int, bool>> {};
+
+TEST_P(FwdAccuracy, MatchesReferenceOverShapeList) {
+  FA3_REQUIRE_HOPPER();
+  const auto [dtype, d, causal] = GetParam();
+  std::uint64_t seed = 1000 * static_cast<std::uint64_t>(d) + (causal ? 7 : 0);
+  for (const Shape& s : accuracy_shapes()) {
+    SCOPED_TRACE(testing::Message() << "batch " << s.batch << " sq " << s.seqlen_q << " sk " << s.seqlen_k
+                                    << " heads " << s.nheads_q << ":" << s.nheads_kv);
+    Inputs in = make_inputs(dtype, s, d, causal, seed += 17);
+    const AccuracyReport r = check_forward(in.args);
+    EXPECT_TRUE(forward_accurate(r, dtype));
+  }
+}
+
+std::string accuracy_name(const ::testing::TestParamInfo<FwdAccuracy::ParamType>& info) {
+  const auto [dtype, d, causal] = info.param;
+  return std::string(dtype_name(dtype)) + "_hdim" + std::to_string(d) + (causal ? "_causal" : "_full");
+}
+
+INSTANTIATE_TEST_SUITE_P(Built, FwdAccuracy,
+                         ::testing::Combine(::testing::ValuesIn(built_dtypes()),
+                                            ::testing::ValuesIn(build_info().head_dims), ::testing::Bool()),
+                         accuracy_name);
+
+DType first_dtype() { return built_dtypes().front(); }
+int mid_head_dim() {
+  const auto& dims = build_info().head_dims;
+  return dims[dims.size() / 2];
+}
+
+// Bytes of a device buffer, for bitwise comparisons.
+std::vector<std::uint8_t> bytes_of(const PaddedTensor& t) { return t.buffer.to_host(); }
+
+TEST(FwdGuards, PaddingAndMarginsNeverReadOrWritten) {
+  FA3_REQUIRE_HOPPER();
+  for (bool causal : {false, true}) {
+    const Shape s{2, 301, 517, 6, 2};
+    const int d = mid_head_dim();
+    // Same values, laid out densely and with NaN padding (8 elements per row, 5 rows
+    // per batch) and a NaN margin after each buffer.
+    Inputs dense = make_inputs(first_dtype(), s, d, causal, 42);
+    Inputs padded = make_inputs(first_dtype(), s, d, causal, 42, 8, 5, 4096);
+    for (auto* t : {&padded.q, &padded.k, &padded.v}) {
+      const TensorView& src = (t == &padded.q ? dense.q : t == &padded.k ? dense.k : dense.v).view;
+      const std::size_t row_bytes = static_cast<std::size_t>(d) * dtype_size(src.dtype);
+      for (std::int64_t b = 0; b < s.batch; ++b) {
+        const std::int64_t rows = src.shape[1] * src.shape[2];
+        const char* from = static_cast<const char*>(src.data) + b * src.stride[0] * dtype_size(src.dtype);
+        char* to = static_cast<char*>(t->view.data) + b * t->view.stride[0] * dtype_size(src.dtype);
+        FA3_CUDA_CHECK(cudaMemcpy2D(to, static_cast<std::size_t>(t->view.stride[2]) * dtype_size(src.dtype), from,
+                                    row_bytes, row_bytes, static_cast<std::size_t>(rows), cudaMemcpyDeviceToDevice));
+      }
+    }
+    const AccuracyReport r = check_forward(padded.args);
+    EXPECT_TRUE(forward_accurate(r, first_dtype()));
+    ASSERT_TRUE(forward(dense.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(dense_host(dense.args.out), dense_host(padded.args.out)) << "padding changed the result";
+
+    // Every padding element and the margin of out and lse still hold NaN.
+    const std::vector<float> all_out = [&] {
+      TensorView flat = TensorView::contiguous(padded.out.buffer.get(), first_dtype(), {padded.out.total_elements});
+      return dense_host(flat);
+    }();
+    std::int64_t touched = 0;
+    const TensorView& o = padded.args.out;
+    for (std::int64_t i = 0; i < padded.out.total_elements; ++i) {
+      const std::int64_t b = i / o.stride[0], r0 = (i % o.stride[0]) / o.stride[1];
+      const std::int64_t h = (i % o.stride[1]) / o.stride[2], e = i % o.stride[2];
+      const bool inside = b < o.shape[0] && r0 < o.shape[1] && h < o.shape[2] && e < o.shape[3];
+      if (!inside && !std::isnan(all_out[static_cast<std::size_t>(i)])) ++touched;
+    }
+    EXPECT_EQ(touched, 0) << "elements outside out's view were written";
+  }
+}
+
+TEST(FwdGuards, BitwiseDeterministicOverManyRuns) {
+  FA3_REQUIRE_HOPPER();
+  for (bool causal : {false, true}) {
+    Inputs in = make_inputs(first_dtype(), {2, 1000, 1000, 8, 2}, mid_head_dim(), causal, 7);
+    ASSERT_TRUE(forward(in.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto first_out = bytes_of(in.out), first_lse = bytes_of(in.lse);
+    // Hundreds of repetitions: a missing barrier shows up as an occasional difference.
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(forward(in.args, nullptr).is_ok());
+      if (i % 50 == 49) {
+        FA3_CUDA_CHECK(cudaDeviceSynchronize());
+        ASSERT_EQ(bytes_of(in.out), first_out) << "run " << i;
+        ASSERT_EQ(bytes_of(in.lse), first_lse) << "run " << i;
+      }
+    }
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(bytes_of(in.out), first_out);
+  }
+}
+
+TEST(FwdGuards, MoreTilesThanSms) {
+  FA3_REQUIRE_HOPPER();
+  for (bool causal : {false, true}) {
+    Inputs in = make_inputs(first_dtype(), {300, 130, 130, 2, 1}, mid_head_dim(), causal, 11);
+    EXPECT_TRUE(forward_accurate(check_forward(in.args), first_dtype()));
+  }
+}
+
+TEST(FwdGuards, OffsetsBeyond32Bits) {
+  FA3_REQUIRE_HOPPER();
+  // The second batch starts past element 2^31 of each buffer.
+  const std::int64_t d = 64 <= mid_head_dim() ? mid_head_dim() : 64;
+  const std::int64_t rows = 256, heads = 2;
+  const std::int64_t row_pad = ((std::int64_t{1} << 31) / (heads * d)) + 8 - rows;
+  Inputs in = make_inputs(first_dtype(), {2, rows, rows, heads, heads}, d, true, 5, 0, row_pad, 0);
+  EXPECT_GT(in.args.q.stride[0], std::int64_t{1} << 31);
+  EXPECT_TRUE(forward_accurate(check_forward(in.args), first_dtype()));
+}
+
+TEST(FwdGuards, HostPointersRejectedAndOutputUntouched) {
+  FA3_REQUIRE_HOPPER();
+  const std::int64_t d = mid_head_dim();
+  std::vector<std::uint16_t> host(static_cast<std::size_t>(128 * 2 * d), 0x3c00);
+  Inputs in = make_inputs(first_dtype(), {1, 128, 128, 2, 2}, d, false, 3);
+  const auto before = bytes_of(in.out);
+  ForwardArgs args = in.args;
+  args.q.data = host.data();
+  const Status st = forward(args, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("q: pointer is"), std::string::npos) << st.message();
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bytes_of(in.out), before);
+}
+
+TEST(FwdGuards, UnsupportedHeadDimRejected) {
+  FA3_REQUIRE_HOPPER();
+  Inputs in = make_inputs(first_dtype(), {1, 64, 64, 2, 2}, 72, false, 3);
+  const auto before = bytes_of(in.out);
+  const Status st = forward(in.args, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+  EXPECT_NE(st.message().find("head dim 72 is not supported"), std::string::npos) << st.message();
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(bytes_of(in.out), before);
+}
+
+}  // namespace
+}  // namespace fa3::test
