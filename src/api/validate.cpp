@@ -1,12 +1,13 @@
 #include "api/validate.h"
 
-#include "common/status_macros.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
-#include <sstream>
+#include <string>
+
+#include "common/status_macros.h"
 
 namespace fa3 {
 namespace {
@@ -26,24 +27,40 @@ const char* dim_name(Role role, int d) {
 
 int role_rank(Role role) { return role == Role::kLse ? 3 : 4; }
 
+// Messages are built with std::to_string / snprintf rather than iostreams: the
+// library runs inside other runtimes (Python extensions) whose iostream state it
+// must not depend on, and formatting happens only when a rule is broken.
+std::string str(const char* v) { return v; }
+std::string str(const std::string& v) { return v; }
+std::string str(std::int64_t v) { return std::to_string(v); }
+std::string str(int v) { return std::to_string(v); }
+std::string str(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+  return (std::string() + ... + str(parts));
+}
+
 std::string shape_string(const TensorView& t) {
-  std::ostringstream s;
-  s << '(';
-  for (int d = 0; d < t.rank; ++d) s << (d ? ", " : "") << t.shape[d];
-  s << ')';
-  return s.str();
+  std::string s = "(";
+  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + str(t.shape[d]);
+  return s + ")";
 }
 
 std::string join(const std::vector<int>& v) {
-  std::ostringstream s;
-  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
-  return s.str();
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + str(v[i]);
+  return s;
 }
 
 std::string join(const std::vector<DType>& v) {
-  std::ostringstream s;
-  for (std::size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << dtype_name(v[i]);
-  return s.str();
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += std::string(i ? ", " : "") + dtype_name(v[i]);
+  return s;
 }
 
 Status invalid(const std::string& msg) { return {StatusCode::kInvalidArgument, msg}; }
@@ -54,33 +71,23 @@ Status check_tensor(const char* name, const TensorView& t, Role role) {
   const std::string n = name;
   if (t.data == nullptr) return invalid(n + ": data pointer is null");
   if (t.rank != role_rank(role)) {
-    std::ostringstream s;
-    s << n << ": expected a " << role_rank(role) << "-d tensor "
-      << (role == Role::kLse ? "(batch, nheads, seqlen)" : "(batch, seqlen, nheads, head_dim)")
-      << ", got rank " << t.rank;
-    return invalid(s.str());
+    return invalid(cat(n, ": expected a ", role_rank(role), "-d tensor ",
+                       (role == Role::kLse ? "(batch, nheads, seqlen)" : "(batch, seqlen, nheads, head_dim)"),
+                       ", got rank ", t.rank));
   }
   for (int d = 0; d < t.rank; ++d) {
     if (t.shape[d] < 1) {
-      std::ostringstream s;
-      s << n << ": " << dim_name(role, d) << " must be >= 1, got " << t.shape[d];
-      return invalid(s.str());
+      return invalid(cat(n, ": ", dim_name(role, d), " must be >= 1, got ", t.shape[d]));
     }
     if (t.shape[d] > kMaxInt32) {
-      std::ostringstream s;
-      s << n << ": " << dim_name(role, d) << " " << t.shape[d] << " is out of range (max " << kMaxInt32 << ")";
-      return invalid(s.str());
+      return invalid(cat(n, ": ", dim_name(role, d), " ", t.shape[d], " is out of range (max ", kMaxInt32, ")"));
     }
     if (t.stride[d] < 0) {
-      std::ostringstream s;
-      s << n << ": stride of dim " << d << " (" << dim_name(role, d) << ") must be >= 0, got " << t.stride[d];
-      return invalid(s.str());
+      return invalid(cat(n, ": stride of dim ", d, " (", dim_name(role, d), ") must be >= 0, got ", t.stride[d]));
     }
   }
   if (role != Role::kLse && t.stride[3] != 1) {
-    std::ostringstream s;
-    s << n << ": last dimension must be contiguous (stride 1), got stride " << t.stride[3];
-    return invalid(s.str());
+    return invalid(cat(n, ": last dimension must be contiguous (stride 1), got stride ", t.stride[3]));
   }
   return Status::ok();
 }
@@ -109,29 +116,21 @@ Status check_same_shape(const char* name, const TensorView& t, const char* ref_n
 // q, k, v (and their gradients' shapes) against each other; fills the sizes of `p`.
 Status check_qkv_shapes(const TensorView& q, const TensorView& k, const TensorView& v, Problem* p) {
   if (k.shape[0] != q.shape[0]) {
-    std::ostringstream s;
-    s << "k: batch " << k.shape[0] << " does not match q's batch " << q.shape[0];
-    return invalid(s.str());
+    return invalid(cat("k: batch ", k.shape[0], " does not match q's batch ", q.shape[0]));
   }
   if (k.shape[3] != q.shape[3]) {
-    std::ostringstream s;
-    s << "k: head dim " << k.shape[3] << " does not match q's head dim " << q.shape[3];
-    return invalid(s.str());
+    return invalid(cat("k: head dim ", k.shape[3], " does not match q's head dim ", q.shape[3]));
   }
   if (v.shape[0] != k.shape[0] || v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2]) {
     return invalid("v: shape " + shape_string(v) + " must match k's shape " + shape_string(k) +
                    " in batch, seqlen and nheads");
   }
   if (v.shape[3] != q.shape[3]) {
-    std::ostringstream s;
-    s << "v: head dim " << v.shape[3] << " differs from q's head dim " << q.shape[3]
-      << "; a separate V head dim is not supported yet";
-    return unsupported(s.str());
+    return unsupported(cat("v: head dim ", v.shape[3], " differs from q's head dim ", q.shape[3],
+                           "; a separate V head dim is not supported yet"));
   }
   if (q.shape[2] % k.shape[2] != 0) {
-    std::ostringstream s;
-    s << "q: nheads " << q.shape[2] << " is not a multiple of k's nheads " << k.shape[2];
-    return invalid(s.str());
+    return invalid(cat("q: nheads ", q.shape[2], " is not a multiple of k's nheads ", k.shape[2]));
   }
   p->batch = q.shape[0];
   p->seqlen_q = q.shape[1];
@@ -144,10 +143,8 @@ Status check_qkv_shapes(const TensorView& q, const TensorView& k, const TensorVi
 
 Status check_lse_shape(const TensorView& lse, const Problem& p) {
   if (lse.shape[0] == p.batch && lse.shape[1] == p.nheads_q && lse.shape[2] == p.seqlen_q) return Status::ok();
-  std::ostringstream s;
-  s << "lse: shape " << shape_string(lse) << " must be (batch, nheads_q, seqlen_q) = (" << p.batch << ", "
-    << p.nheads_q << ", " << p.seqlen_q << ")";
-  return invalid(s.str());
+  return invalid(cat("lse: shape ", shape_string(lse), " must be (batch, nheads_q, seqlen_q) = (", p.batch, ", ",
+                     p.nheads_q, ", ", p.seqlen_q, ")"));
 }
 
 Status check_dtype_and_head_dim(const TensorView& q, const ValidationTarget& target) {
@@ -158,19 +155,12 @@ Status check_dtype_and_head_dim(const TensorView& q, const ValidationTarget& tar
                        "; supported: " + join(target.dtypes));
   }
   const std::int64_t d = q.shape[3];
-  bool ok;
-  std::string supported;
-  if (target.head_dims.empty()) {
-    ok = d >= 1 && d <= target.max_head_dim;
-    supported = "1 to " + std::to_string(target.max_head_dim);
-  } else {
-    ok = std::find(target.head_dims.begin(), target.head_dims.end(), d) != target.head_dims.end();
-    supported = join(target.head_dims);
-  }
+  const bool any = target.head_dims.empty();
+  const bool ok = any ? d >= 1 && d <= target.max_head_dim
+                      : std::find(target.head_dims.begin(), target.head_dims.end(), d) != target.head_dims.end();
   if (!ok) {
-    std::ostringstream s;
-    s << "q: head dim " << d << " is not supported; supported: " << supported;
-    return unsupported(s.str());
+    const std::string supported = any ? "1 to " + str(target.max_head_dim) : join(target.head_dims);
+    return unsupported(cat("q: head dim ", d, " is not supported; supported: ", supported));
   }
   return Status::ok();
 }
@@ -186,15 +176,12 @@ Status check_device_tensor(const char* name, const TensorView& t, const Validati
     const std::int64_t elems_per_16b = 16 / static_cast<std::int64_t>(dtype_size(t.dtype));
     for (int d = 0; d < t.rank - 1; ++d) {
       if (t.stride[d] % elems_per_16b != 0) {
-        std::ostringstream s;
-        s << n << ": stride " << t.stride[d] << " of dim " << d << " (" << dim_name(Role::kQLike, d)
-          << ") is not a multiple of " << elems_per_16b << " elements (16 bytes; TMA needs it)";
-        return invalid(s.str());
+        return invalid(cat(n, ": stride ", t.stride[d], " of dim ", d, " (", dim_name(Role::kQLike, d),
+                           ") is not a multiple of ", elems_per_16b, " elements (16 bytes; TMA needs it)"));
       }
       if (t.stride[d] * static_cast<std::int64_t>(dtype_size(t.dtype)) >= kMaxTmaStrideBytes) {
-        std::ostringstream s;
-        s << n << ": stride " << t.stride[d] << " of dim " << d << " is too large (TMA strides are below 2^40 bytes)";
-        return invalid(s.str());
+        return invalid(
+            cat(n, ": stride ", t.stride[d], " of dim ", d, " is too large (TMA strides are below 2^40 bytes)"));
       }
     }
   } else if (reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
@@ -209,25 +196,18 @@ Status check_device_tensor(const char* name, const TensorView& t, const Validati
 
 Status check_options(const AttentionOptions& o, const ValidationTarget& target, Problem* p) {
   if (!std::isfinite(o.softmax_scale) || o.softmax_scale < 0.f) {
-    std::ostringstream s;
-    s << "softmax_scale must be finite and > 0 (or 0 for the default 1/sqrt(head_dim)), got " << o.softmax_scale;
-    return invalid(s.str());
+    return invalid(
+        cat("softmax_scale must be finite and > 0 (or 0 for the default 1/sqrt(head_dim)), got ", o.softmax_scale));
   }
   if (o.window_left < -1 || o.window_right < -1) {
-    std::ostringstream s;
-    s << "window_left and window_right must be >= -1 (-1: unbounded), got (" << o.window_left << ", "
-      << o.window_right << ")";
-    return invalid(s.str());
+    return invalid(cat("window_left and window_right must be >= -1 (-1: unbounded), got (", o.window_left, ", ",
+                       o.window_right, ")"));
   }
   if (o.causal && o.window_right > 0) {
-    std::ostringstream s;
-    s << "window_right " << o.window_right << " conflicts with causal (causal means window_right = 0)";
-    return invalid(s.str());
+    return invalid(cat("window_right ", o.window_right, " conflicts with causal (causal means window_right = 0)"));
   }
   if (!std::isfinite(o.softcap) || o.softcap < 0.f) {
-    std::ostringstream s;
-    s << "softcap must be finite and >= 0 (0: off), got " << o.softcap;
-    return invalid(s.str());
+    return invalid(cat("softcap must be finite and >= 0 (0: off), got ", o.softcap));
   }
   const bool window = o.window_left >= 0 || (o.window_right >= 0 && !o.causal);
   if (window && !target.supports_window) {
