@@ -42,6 +42,7 @@ struct FwdKernel {
     typename Traits::TmaO tma_o;
     FwdParams p;
     int num_m_blocks;
+    int heads_per_group;  // causal tile order: (batch, head) pairs whose K/V share L2
   };
 
   __device__ static void run(const Params& params, char* smem_raw) {
@@ -59,7 +60,7 @@ struct FwdKernel {
 
     Pipeline k_pipe{&smem.k_pipe};
     Pipeline v_pipe{&smem.v_pipe};
-    const Scheduler scheduler(params.num_m_blocks, params.p.nheads_q, params.p.batch);
+    const Scheduler scheduler(params.num_m_blocks, params.p.nheads_q, params.p.batch, params.heads_per_group);
     const Mask mask(params.p);
 
     if (warp_group == 0) {
@@ -104,9 +105,11 @@ struct FwdKernel {
       const TileCoord tile = scheduler.coord(t);
       const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
       OnlineSoftmax<2> softmax(params.p.softmax_scale_log2);
-      consumer.mma_tile(smem, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax);
       const bool more = scheduler.valid(scheduler.next(t));
-      if (!Traits::kCfg.o_aliases_q && more) barrier_arrive(NamedBarrier::kQueryEmpty, kQueryEmptyCount);
+      // With its own O buffer, Q's buffer is free once the last Q·Kᵀ has run: the
+      // producer can load the next tile's Q under this tile's last P·V and epilogue.
+      consumer.mma_tile(smem, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax,
+                        !Traits::kCfg.o_aliases_q && more);
 
       auto o = rowcol_view(tOrO);
       float lse[2];

@@ -35,6 +35,18 @@ inline Status cuda_status(cudaError_t err, const char* what) {
 
 }  // namespace detail
 
+// Causal tile order: how many consecutive (batch, head) pairs to interleave so that
+// their K/V (read by every query block of the head) fit in about half of the 50 MB
+// L2 together. Query heads of one GQA group share K/V and count once.
+inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes) {
+  constexpr double kL2Budget = 24.0 * 1024 * 1024;
+  const double kv_bytes = 2.0 * p.seqlen_k * p.head_dim * static_cast<double>(element_bytes);
+  const int kv_heads = std::max(1, static_cast<int>(kL2Budget / kv_bytes));
+  const int per_kv = p.nheads_q / p.nheads_kv;
+  return static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(kv_heads) * per_kv,
+                                                 static_cast<std::int64_t>(p.nheads_q) * p.batch));
+}
+
 template <class Element, int kHeadDim, class Mask>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
@@ -73,6 +85,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
                     Shape<typename Traits::BM, typename Traits::D>{}, _1{}),
       p,
       (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+      causal_heads_per_group(p, sizeof(Element)),
   };
 
   const std::int64_t tiles = static_cast<std::int64_t>(params.num_m_blocks) * p.nheads_q * p.batch;

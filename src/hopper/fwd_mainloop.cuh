@@ -129,11 +129,17 @@ struct FwdConsumer {
     }
   }
 
+  // Arrives at QueryEmpty (see fwd_kernel.cuh) for this warp.
+  __device__ __forceinline__ static void release_q() {
+    barrier_arrive(NamedBarrier::kQueryEmpty, 32 + Traits::kConsumerThreads);
+  }
+
   // Runs the tile's mainloop. On return tOrO holds the unnormalized output and
-  // `softmax` the row statistics (empty rows: O = 0, sum 0).
+  // `softmax` the row statistics (empty rows: O = 0, sum 0). With `q_release`, the
+  // warp hands Q's buffer back as soon as its last read of Q is complete.
   template <class TensorO, class Softmax>
   __device__ void mma_tile(SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask, int m_block,
-                           int n_end, TensorO& tOrO, Softmax& softmax) {
+                           int n_end, TensorO& tOrO, Softmax& softmax, bool q_release) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
@@ -151,7 +157,10 @@ struct FwdConsumer {
     // more than one tile ahead of the producer (see the QueryEmpty handshake).
     cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, q_phase);
     q_phase ^= 1u;
-    if (n_end <= 0) return;
+    if (n_end <= 0) {
+      if (q_release) release_q();
+      return;
+    }
 
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<BM, BN>{});
     auto s = rowcol_view(tSrS);
@@ -197,6 +206,7 @@ struct FwdConsumer {
       rescale_rows(o, rescale);
       convert_into(rP, tSrS);
     }
+    if (q_release) release_q();  // every Q·Kᵀ of the tile has completed
 
     v_pipe.consumer_wait(v_state);
     turn_wait();
