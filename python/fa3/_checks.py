@@ -1,0 +1,107 @@
+"""Checks of flash_attn_func's arguments, run before anything reaches C++.
+
+They look at metadata only (type, rank, device, dtype, strides), so they cost
+nothing under torch.compile. Rules that need the problem's sizes (batch and head
+dims agreeing, nheads divisible, supported head dims) stay in the C++ layer,
+which reports them with the argument's name too.
+"""
+
+import math
+import operator
+
+import torch
+
+# Element types the C++ layer knows; which of them run where (fp32 on the CPU
+# path only, fp8 not yet) is the C++ layer's answer.
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn)
+# "meta" tensors take the shape-only path (the fake implementation).
+_DEVICE_TYPES = ("cuda", "cpu", "meta")
+
+
+def check_qkv(q, k, v):
+    """q (batch, seqlen_q, nheads, headdim); k, v (batch, seqlen_k, nheads_k, headdim)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name}: expected a 4-d tensor (batch, seqlen, nheads, headdim), got shape {tuple(t.shape)}"
+            )
+        if t.device.type not in _DEVICE_TYPES:
+            raise ValueError(
+                f"{name}: tensors on {t.device} are not supported; fa3 runs on CUDA tensors "
+                "(Hopper GPUs) and on CPU tensors"
+            )
+        if t.device != q.device:
+            raise ValueError(f"{name}: is on {t.device} but q is on {q.device}; q, k and v must share a device")
+        if t.dtype not in _DTYPES:
+            raise ValueError(
+                f"{name}: dtype {t.dtype} is not supported; use torch.bfloat16 or torch.float16 "
+                "(torch.float32 on CPU tensors)"
+            )
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} does not match q's dtype {q.dtype}")
+        if any(size < 1 for size in t.shape):
+            raise ValueError(f"{name}: every dimension must be at least 1, got shape {tuple(t.shape)}")
+        if t.stride(-1) != 1:
+            raise ValueError(
+                f"{name}: the last dimension (headdim) must be contiguous (stride 1), got strides "
+                f"{tuple(t.stride())}; pass {name}.contiguous()"
+            )
+
+
+def softmax_scale_arg(softmax_scale):
+    """The scale handed to C++, where 0.0 stands for the default 1/sqrt(headdim)."""
+    if softmax_scale is None:
+        return 0.0
+    try:
+        scale = float(softmax_scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"softmax_scale: expected a float or None, got {type(softmax_scale).__name__}") from None
+    if not (math.isfinite(scale) and scale > 0.0):
+        raise ValueError(f"softmax_scale: must be finite and > 0 (or None for 1/sqrt(headdim)), got {softmax_scale}")
+    return scale
+
+
+def mask_args(causal, window_size, seqlen_q, seqlen_k):
+    """FlashAttention-3's mask arguments in the form the C++ layer takes.
+
+    Returns (causal, window_left, window_right). As in FlashAttention-3: a negative
+    window side is unbounded; a side that covers every key anyway (left >=
+    seqlen_k - 1, right >= seqlen_q - 1) is unbounded too; causal means right = 0;
+    and a window of (unbounded, 0) is causal. Each rewrite leaves the mask
+    unchanged, and lets windows that restrict nothing run where windows are not
+    implemented.
+    """
+    try:
+        left, right = (operator.index(side) for side in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size: expected a pair of ints (left, right), got {window_size!r}") from None
+    if left < 0 or left >= seqlen_k - 1:
+        left = -1
+    if right < 0 or right >= seqlen_q - 1:
+        right = -1
+    if causal:
+        right = 0
+    return right == 0, left, right
+
+
+def reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin):
+    """Raises NotImplementedError for any FlashAttention-3 option fa3 lacks, naming it."""
+    if qv is not None:
+        raise NotImplementedError("qv: the extra query-times-value input is not supported by fa3 yet; pass qv=None")
+    for name, value in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if value is not None:
+            raise NotImplementedError(f"{name}: FP8 descaling is not supported by fa3 yet; pass {name}=None")
+    if attention_chunk != 0:
+        raise NotImplementedError(
+            f"attention_chunk={attention_chunk}: chunked attention is not supported by fa3 yet; pass 0"
+        )
+    if num_splits > 1:
+        raise NotImplementedError(
+            f"num_splits={num_splits}: split-KV is not supported by fa3 yet; pass 1 (or 0 to let fa3 choose)"
+        )
+    if pack_gqa:
+        raise NotImplementedError("pack_gqa=True: packed GQA is not supported by fa3 yet; pass None or False")
+    if sm_margin != 0:
+        raise NotImplementedError(f"sm_margin={sm_margin}: reserving SMs is not supported by fa3 yet; pass 0")

@@ -1,0 +1,147 @@
+"""FlashAttention-3's Python interface on fa3's kernels.
+
+The functions here take FlashAttention-3's arguments (hopper/flash_attn_interface.py)
+with the same names, order, defaults, tensor layout and return values, so that
+code written for it runs with ``import fa3 as flash_attn_interface``. Every one of
+FlashAttention-3's options is accepted by name; one that fa3 does not implement
+yet raises NotImplementedError naming it, and none is ignored.
+
+Tensors are (batch, seqlen, nheads, headdim). CUDA tensors run fa3's Hopper
+kernels on the current stream of their device; CPU tensors run fa3's CPU path
+(slow, exact enough to test against). Errors: TypeError / ValueError for bad
+arguments, NotImplementedError for what fa3 does not support, RuntimeError for
+CUDA failures.
+"""
+
+import torch
+
+from . import _checks
+from ._torch_ops import attention_forward
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """Exact attention softmax(q kᵀ · softmax_scale) v, per head.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k,
+    headdim), with nheads a multiple of nheads_k (GQA/MQA: query head h reads
+    key/value head h // (nheads / nheads_k)). The last dimension of each must be
+    contiguous; other strides are free.
+
+    softmax_scale: default 1/sqrt(headdim). causal: query i sees keys
+    j <= i + seqlen_k - seqlen_q (aligned to the bottom-right corner); a row that
+    sees no key gives 0. window_size (left, right): query i sees keys in
+    [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right], -1 meaning
+    unbounded. softcap > 0: scores become softcap * tanh(scores / softcap).
+    deterministic: for the backward pass (the forward always is).
+
+    Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse) when
+    return_attn_probs is True, softmax_lse being the natural-log logsumexp of each
+    row of scaled scores, (batch, nheads, seqlen_q) in float32.
+
+    Not supported yet (NotImplementedError): qv, q/k/v_descale, attention_chunk != 0,
+    num_splits > 1, pack_gqa=True, sm_margin != 0; on CUDA tensors also a sliding
+    window and softcap.
+    """
+    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin)
+    _checks.check_qkv(q, k, v)
+    scale = _checks.softmax_scale_arg(softmax_scale)
+    is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], k.shape[1])
+    out, softmax_lse = attention_forward(
+        q, k, v, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic)
+    )
+    return (out, softmax_lse) if return_attn_probs else out
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    softmax_scale=None,
+    causal=False,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    deterministic=False,
+    num_heads_q=None,
+    sm_margin=0,
+    return_attn_probs=False,
+):
+    """flash_attn_func on q, k, v packed in one tensor.
+
+    qkv: (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, nheads_q + 2 *
+    nheads_k, headdim) with num_heads_q given (GQA/MQA). q, k and v are taken as
+    views, so the gradient lands in one (batch, seqlen, ...) tensor like qkv.
+    """
+    if not isinstance(qkv, torch.Tensor):
+        raise TypeError(f"qkv: expected a torch.Tensor, got {type(qkv).__name__}")
+    if qkv.dim() == 5:
+        if qkv.shape[2] != 3:
+            raise ValueError(f"qkv: a 5-d qkv must be (batch, seqlen, 3, nheads, headdim), got {tuple(qkv.shape)}")
+        q, k, v = qkv.unbind(dim=2)
+    elif qkv.dim() == 4:
+        if num_heads_q is None:
+            raise ValueError("num_heads_q: required when qkv is 4-d (batch, seqlen, nheads_q + 2 * nheads_k, headdim)")
+        num_heads_k, extra = divmod(qkv.shape[2] - num_heads_q, 2)
+        if num_heads_q < 1 or num_heads_k < 1 or extra:
+            raise ValueError(
+                f"num_heads_q: {num_heads_q} does not split qkv's {qkv.shape[2]} heads into "
+                "nheads_q + 2 * nheads_k with nheads_k >= 1"
+            )
+        q, k, v = qkv.split([num_heads_q, num_heads_k, num_heads_k], dim=2)
+    else:
+        raise ValueError(f"qkv: expected a 5-d or 4-d tensor, got shape {tuple(qkv.shape)}")
+    return flash_attn_func(
+        q,
+        k,
+        v,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        q_descale=q_descale,
+        k_descale=k_descale,
+        v_descale=v_descale,
+        window_size=window_size,
+        attention_chunk=attention_chunk,
+        softcap=softcap,
+        deterministic=deterministic,
+        sm_margin=sm_margin,
+        return_attn_probs=return_attn_probs,
+    )
+
+
+def _not_implemented(name, feature):
+    def unsupported(*args, **kwargs):
+        raise NotImplementedError(
+            f"fa3 does not implement {name} yet ({feature}); flash_attn_func covers fixed-length batches"
+        )
+
+    unsupported.__name__ = unsupported.__qualname__ = name
+    unsupported.__doc__ = (
+        f"FlashAttention-3's {name}, not implemented by fa3 yet ({feature}): raises NotImplementedError."
+    )
+    return unsupported
+
+
+# FlashAttention-3's other entry points, present so that a call names what is missing.
+flash_attn_varlen_func = _not_implemented("flash_attn_varlen_func", "variable-length sequences")
+flash_attn_with_kvcache = _not_implemented("flash_attn_with_kvcache", "KV cache, paged KV and decoding")
+flash_attn_combine = _not_implemented("flash_attn_combine", "combining split-KV partial results")
+get_scheduler_metadata = _not_implemented("get_scheduler_metadata", "precomputed scheduler metadata")

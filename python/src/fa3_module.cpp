@@ -1,0 +1,190 @@
+// fa3 Python extension (fa3._C): the public C++ API over DLPack tensors.
+//
+// Framework-neutral on purpose: tensors arrive through DLPack (PyTorch, NumPy, CuPy,
+// JAX...), the caller's CUDA stream arrives as an integer, and outputs are allocated
+// by the caller. Host tensors run fa3::cpu::*, CUDA tensors fa3::* on their own device.
+// A rejected call raises ValueError (invalid argument), NotImplementedError (not
+// supported) or RuntimeError (CUDA or internal error) with the library's message.
+#include <cuda_runtime_api.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "dlpack_views.h"
+#include "fa3/fa3.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fa3::python {
+namespace {
+
+void raise_if_error(const Status& status) {
+  if (status.is_ok()) return;
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+      PyErr_SetString(PyExc_ValueError, status.message().c_str());
+      break;
+    case StatusCode::kNotSupported:
+      PyErr_SetString(PyExc_NotImplementedError, status.message().c_str());
+      break;
+    default:
+      PyErr_SetString(PyExc_RuntimeError, status.to_string().c_str());
+  }
+  throw nb::python_error();
+}
+
+// Runs `fn` with CUDA device `device` current, then restores the caller's device,
+// so that a tensor on cuda:1 works whatever device the calling thread had selected.
+template <class Fn>
+Status on_device(int device, Fn&& fn) {
+  int previous = 0;
+  cudaError_t err = cudaGetDevice(&previous);
+  if (err == cudaSuccess && previous != device) err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return {StatusCode::kCudaError,
+            "cannot make CUDA device " + std::to_string(device) + " current: " + cudaGetErrorString(err)};
+  }
+  Status status = fn();
+  if (previous != device) cudaSetDevice(previous);
+  return status;
+}
+
+AttentionOptions make_options(float softmax_scale, bool causal, int window_left, int window_right, float softcap) {
+  AttentionOptions o;
+  o.softmax_scale = softmax_scale;
+  o.causal = causal;
+  o.window_left = window_left;
+  o.window_right = window_right;
+  o.softcap = softcap;
+  return o;
+}
+
+cudaStream_t as_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
+
+void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
+             const std::optional<OutArray>& lse, float softmax_scale, bool causal, int window_left, int window_right,
+             float softcap, std::uintptr_t stream, int num_threads) {
+  Placement where;
+  ForwardArgs args;
+  args.q = to_view("q", q, where);
+  args.k = to_view("k", k, where);
+  args.v = to_view("v", v, where);
+  args.out = to_view("out", out, where);
+  if (lse) args.lse = to_view("lse", *lse, where);
+  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap);
+
+  Status status;
+  {
+    nb::gil_scoped_release no_gil;
+    if (where.on_host()) {
+      status = cpu::forward(args, cpu::Options{num_threads});
+    } else {
+      status = on_device(where.device_id(), [&] { return fa3::forward(args, as_stream(stream)); });
+    }
+  }
+  raise_if_error(status);
+}
+
+void backward(const InArray& dout, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
+              const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv, float softmax_scale,
+              bool causal, int window_left, int window_right, float softcap, bool deterministic, std::uintptr_t stream,
+              int num_threads) {
+  Placement where;
+  BackwardArgs args;
+  args.q = to_view("q", q, where);
+  args.k = to_view("k", k, where);
+  args.v = to_view("v", v, where);
+  args.out = to_view("out", out, where);
+  args.dout = to_view("dout", dout, where);
+  args.lse = to_view("lse", lse, where);
+  args.dq = to_view("dq", dq, where);
+  args.dk = to_view("dk", dk, where);
+  args.dv = to_view("dv", dv, where);
+  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap);
+  args.deterministic = deterministic;
+
+  Status status;
+  {
+    nb::gil_scoped_release no_gil;
+    if (where.on_host()) {
+      status = cpu::backward(args, cpu::Options{num_threads});
+    } else {
+      status = on_device(where.device_id(), [&] { return fa3::backward(args, as_stream(stream)); });
+    }
+  }
+  raise_if_error(status);
+}
+
+nb::dict build_info_dict() {
+  const BuildInfo& b = fa3::build_info();
+  nb::dict d;
+  d["version"] = b.version;
+  d["cuda_version"] = b.cuda_version;
+  d["cutlass_version"] = b.cutlass_version;
+  d["head_dims"] = b.head_dims;
+  d["dtypes"] = b.dtypes;
+  d["gpu_kernels"] = b.gpu_kernels;
+  return d;
+}
+
+nb::dict device_info_dict(int index) {
+  DeviceInfo info;
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) cudaGetLastError();
+  if (index >= 0 && err == cudaSuccess && index >= count) {
+    info.error = "CUDA device " + std::to_string(index) + " does not exist (" + std::to_string(count) + " present)";
+  } else if (index >= 0 && err == cudaSuccess) {
+    Status s = on_device(index, [&] {
+      info = current_device();
+      return Status::ok();
+    });
+    if (!s.is_ok()) info.error = s.message();
+  } else {
+    info = current_device();
+  }
+  nb::dict d;
+  d["present"] = info.present;
+  d["index"] = info.index;
+  d["name"] = info.name;
+  d["compute_capability"] = nb::make_tuple(info.cc_major, info.cc_minor);
+  d["sm_count"] = info.sm_count;
+  d["global_memory_bytes"] = info.global_memory_bytes;
+  d["l2_bytes"] = info.l2_bytes;
+  d["max_smem_per_block_optin"] = info.max_smem_per_block_optin;
+  d["is_hopper"] = info.is_hopper();
+  d["error"] = info.error;
+  return d;
+}
+
+}  // namespace
+}  // namespace fa3::python
+
+NB_MODULE(_C, m) {
+  using namespace fa3::python;
+  m.doc() = "fa3 exact attention over DLPack tensors (host tensors: CPU path; CUDA tensors: Hopper kernels)";
+
+  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "softmax_scale"_a = 0.f,
+        "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "stream"_a = 0,
+        "num_threads"_a = 0,
+        "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k, v\n"
+        "(batch, seqlen_k, nheads_kv, head_dim); lse (batch, nheads, seqlen_q) fp32. softmax_scale 0 means\n"
+        "1/sqrt(head_dim). stream: the CUDA stream (as an integer) for CUDA tensors; num_threads: the CPU\n"
+        "path's thread count (0: all cores). Each is ignored on the other path.");
+  m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(),
+        "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
+        "deterministic"_a = false, "stream"_a = 0, "num_threads"_a = 0,
+        "Attention backward pass: writes dq, dk, dv from the forward's out and lse and the gradient dout.");
+  m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");
+  m.def("device_info", &device_info_dict, "index"_a = -1,
+        "Properties of CUDA device `index` (-1: the current device); never raises without a GPU.");
+}

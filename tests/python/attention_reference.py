@@ -1,0 +1,88 @@
+"""The reference attention and the accuracy rule of docs TESTING.md, in torch.
+
+reference() computes attention straight from its definition in a chosen dtype:
+float32/float64 for `ref`, the inputs' own dtype for `low` (what a naive
+implementation in that precision gets). check_close() applies the rule
+    max|out - ref| <= factor * max|low - ref| + 1e-5
+plus an absolute cap for 16-bit outputs; NaN never passes.
+"""
+
+import math
+
+import torch
+
+ABS_CAP = {torch.bfloat16: 2e-2, torch.float16: 4e-3}
+
+
+def allowed_keys(seqlen_q, seqlen_k, causal=False, window=(-1, -1), device="cpu"):
+    """Bool (seqlen_q, seqlen_k): may query i see key j (bottom-right aligned)."""
+    i = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    left, right = window
+    if causal:
+        right = 0
+    allowed = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if left >= 0:
+        allowed &= j >= i - left
+    if right >= 0:
+        allowed &= j <= i + right
+    return allowed
+
+
+def reference(q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0):
+    """(out, lse) for q (b, sq, h, d), k/v (b, sk, hk, d), computed in `dtype`.
+
+    out comes back in `dtype`, lse in float32 (natural log). Rows that see no key
+    give out 0 and lse -inf, as fa3 promises.
+    """
+    seqlen_q, nheads, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    group = nheads // nheads_k
+    qf = q.to(dtype)
+    kf = k.to(dtype).repeat_interleave(group, dim=2)
+    vf = v.to(dtype).repeat_interleave(group, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", qf, kf) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores.float(), dim=-1)
+    seen = allowed.any(dim=-1)[None, None, :, None]
+    probs = torch.softmax(scores, dim=-1).masked_fill(~seen, 0.0)
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, vf)
+    return out, lse
+
+
+def reference_grads(q, k, v, dout, *, dtype, **mask):
+    """dq, dk, dv of sum(out * dout) through reference(), computed and returned in `dtype`."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out, _ = reference(*leaves, dtype=dtype, **mask)
+    out.backward(dout.to(dtype))
+    return [t.grad for t in leaves]
+
+
+def max_abs_error(a, b):
+    """max |a - b| in float64, where equal infinities count as no error."""
+    a, b = a.double(), b.double()
+    same_inf = torch.isinf(a) & torch.isinf(b) & (a == b)
+    diff = torch.where(same_inf, torch.zeros_like(a), (a - b).abs())
+    if torch.isnan(diff).any():
+        return math.inf
+    return diff.max().item() if diff.numel() else 0.0
+
+
+def check_close(name, out, ref, low, factor=2.0, abs_cap=None):
+    """Asserts the accuracy rule for one output tensor."""
+    assert not torch.isnan(out).any(), f"{name}: NaN in fa3's result"
+    err = max_abs_error(out, ref)
+    low_err = max_abs_error(low, ref)
+    bound = factor * low_err + 1e-5
+    assert err <= bound, f"{name}: max|out - ref| = {err:.3g} exceeds {factor} * {low_err:.3g} + 1e-5"
+    if abs_cap is not None:
+        assert err <= abs_cap, f"{name}: max|out - ref| = {err:.3g} exceeds the absolute cap {abs_cap}"
+
+
+def reference_dtype(dtype):
+    """The precision of `ref` for inputs of `dtype`: above the inputs' own."""
+    return torch.float64 if dtype == torch.float32 else torch.float32

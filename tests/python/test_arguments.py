@@ -1,0 +1,186 @@
+"""flash_attn_func's interface: FlashAttention-3's signature, argument checks with
+messages naming the argument, and the options fa3 refuses instead of ignoring.
+
+CPU and meta tensors only, so it runs on any machine with PyTorch.
+"""
+
+import inspect
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa3  # noqa: E402
+
+# FlashAttention-3's hopper/flash_attn_interface.py flash_attn_func: names, order, defaults.
+FA3_SIGNATURE = [
+    ("q", inspect.Parameter.empty),
+    ("k", inspect.Parameter.empty),
+    ("v", inspect.Parameter.empty),
+    ("softmax_scale", None),
+    ("causal", False),
+    ("qv", None),
+    ("q_descale", None),
+    ("k_descale", None),
+    ("v_descale", None),
+    ("window_size", (-1, -1)),
+    ("attention_chunk", 0),
+    ("softcap", 0.0),
+    ("num_splits", 1),
+    ("pack_gqa", None),
+    ("deterministic", False),
+    ("sm_margin", 0),
+    ("return_attn_probs", False),
+]
+
+
+def qkv(batch=1, seqlen_q=8, seqlen_k=8, nheads=4, nheads_k=2, head_dim=64, dtype=torch.bfloat16, device="cpu"):
+    shape_q = (batch, seqlen_q, nheads, head_dim)
+    shape_k = (batch, seqlen_k, nheads_k, head_dim)
+    return (
+        torch.randn(shape_q, device=device).to(dtype),
+        torch.randn(shape_k, device=device).to(dtype),
+        torch.randn(shape_k, device=device).to(dtype),
+    )
+
+
+def test_signature_matches_flash_attention_3():
+    params = list(inspect.signature(fa3.flash_attn_func).parameters.values())
+    assert [(p.name, p.default) for p in params] == FA3_SIGNATURE
+
+
+def test_qkvpacked_signature_matches_flash_attention_3():
+    names = list(inspect.signature(fa3.flash_attn_qkvpacked_func).parameters)
+    assert names == [
+        "qkv",
+        "softmax_scale",
+        "causal",
+        "q_descale",
+        "k_descale",
+        "v_descale",
+        "window_size",
+        "attention_chunk",
+        "softcap",
+        "deterministic",
+        "num_heads_q",
+        "sm_margin",
+        "return_attn_probs",
+    ]
+
+
+def test_positional_arguments_follow_flash_attention_3():
+    q, k, v = qkv()
+    by_name = fa3.flash_attn_func(q, k, v, softmax_scale=0.25, causal=True)
+    assert torch.equal(fa3.flash_attn_func(q, k, v, 0.25, True), by_name)
+
+
+@pytest.mark.parametrize(
+    "option, value, names",
+    [
+        ("qv", "tensor", "qv"),
+        ("q_descale", "tensor", "q_descale"),
+        ("k_descale", "tensor", "k_descale"),
+        ("v_descale", "tensor", "v_descale"),
+        ("attention_chunk", 128, "attention_chunk"),
+        ("num_splits", 2, "num_splits"),
+        ("pack_gqa", True, "pack_gqa"),
+        ("sm_margin", 4, "sm_margin"),
+    ],
+)
+def test_unsupported_options_raise(option, value, names):
+    q, k, v = qkv()
+    if value == "tensor":
+        value = torch.ones(1)
+    with pytest.raises(NotImplementedError, match=names):
+        fa3.flash_attn_func(q, k, v, **{option: value})
+
+
+@pytest.mark.parametrize(
+    "name", ["flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine", "get_scheduler_metadata"]
+)
+def test_missing_entry_points_raise(name):
+    with pytest.raises(NotImplementedError, match=name):
+        getattr(fa3, name)(None, None, None)
+
+
+BAD_INPUTS = [
+    # (what to do to (q, k, v), exception, message pattern)
+    (lambda q, k, v: (q.tolist(), k, v), TypeError, "q: expected a torch.Tensor, got list"),
+    (lambda q, k, v: (q[0], k, v), ValueError, r"q: expected a 4-d tensor .* got shape \(8, 4, 64\)"),
+    (lambda q, k, v: (q, k[..., None], v), ValueError, "k: expected a 4-d tensor"),
+    (lambda q, k, v: (q.to(torch.float64), k, v), ValueError, "q: dtype torch.float64 is not supported"),
+    (lambda q, k, v: (q, k.to(torch.int32), v), ValueError, "k: dtype torch.int32 is not supported"),
+    (lambda q, k, v: (q, k, v.half()), ValueError, "v: dtype torch.float16 does not match q's dtype torch.bfloat16"),
+    (lambda q, k, v: (q, k, v.to("meta")), ValueError, "v: is on meta but q is on cpu"),
+    (lambda q, k, v: (q, k[:, :0], v[:, :0]), ValueError, "k: every dimension must be at least 1"),
+    (
+        lambda q, k, v: (q, k, v.transpose(2, 3).contiguous().transpose(2, 3)),
+        ValueError,
+        "v: the last dimension .* must be contiguous",
+    ),
+    # Rules that need the sizes come back from the C++ layer.
+    (lambda q, k, v: (q, k[..., :32], v), ValueError, "k: head dim 32 does not match q's head dim 64"),
+    (lambda q, k, v: (q, k[:1].expand(2, -1, -1, -1), v), ValueError, "k: batch 2 does not match q's batch 1"),
+    (lambda q, k, v: (q[:, :, :3], k, v), ValueError, "q: nheads 3 is not a multiple of k's nheads 2"),
+    (lambda q, k, v: (q, k, v[:, :5]), ValueError, "v: shape .* must match k's shape"),
+]
+
+
+@pytest.mark.parametrize("mutate, error, message", BAD_INPUTS, ids=[case[2] for case in BAD_INPUTS])
+def test_bad_inputs_name_the_argument(mutate, error, message):
+    with pytest.raises(error, match=message):
+        fa3.flash_attn_func(*mutate(*qkv()))
+
+
+def test_unsupported_head_dim_on_cpu():
+    with pytest.raises(NotImplementedError, match="head dim 320 is not supported"):
+        fa3.flash_attn_func(*qkv(head_dim=320))
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf")])
+def test_bad_softmax_scale(scale):
+    with pytest.raises(ValueError, match="softmax_scale"):
+        fa3.flash_attn_func(*qkv(), softmax_scale=scale)
+
+
+def test_softmax_scale_type():
+    with pytest.raises(TypeError, match="softmax_scale"):
+        fa3.flash_attn_func(*qkv(), softmax_scale="big")
+
+
+@pytest.mark.parametrize("window", [5, (1, 2, 3), (1.5, 2), None])
+def test_bad_window_size(window):
+    with pytest.raises(TypeError, match="window_size"):
+        fa3.flash_attn_func(*qkv(), window_size=window)
+
+
+def test_negative_softcap():
+    with pytest.raises(ValueError, match="softcap"):
+        fa3.flash_attn_func(*qkv(), softcap=-1.0)
+
+
+def test_fp8_is_not_supported_on_cpu():
+    q, k, v = (t.to(torch.float8_e4m3fn) for t in qkv())
+    with pytest.raises(NotImplementedError, match=re.escape("dtype e4m3 is not supported")):
+        fa3.flash_attn_func(q, k, v)
+
+
+def test_windows_that_restrict_nothing_are_plain_attention():
+    q, k, v = qkv(seqlen_q=10, seqlen_k=12)
+    plain = fa3.flash_attn_func(q, k, v)
+    assert torch.equal(fa3.flash_attn_func(q, k, v, window_size=(11, 9)), plain)
+    assert torch.equal(fa3.flash_attn_func(q, k, v, window_size=(-5, 100)), plain)
+    causal = fa3.flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(fa3.flash_attn_func(q, k, v, window_size=(-1, 0)), causal)
+    # As in FlashAttention-3, causal fixes the right side of the window to 0.
+    assert torch.equal(fa3.flash_attn_func(q, k, v, causal=True, window_size=(-1, 3)), causal)
+
+
+def test_qkvpacked_bad_shapes():
+    with pytest.raises(ValueError, match="num_heads_q: required"):
+        fa3.flash_attn_qkvpacked_func(torch.randn(1, 4, 6, 64))
+    with pytest.raises(ValueError, match="num_heads_q: 3 does not split"):
+        fa3.flash_attn_qkvpacked_func(torch.randn(1, 4, 6, 64), num_heads_q=3)
+    with pytest.raises(ValueError, match=r"qkv: a 5-d qkv must be \(batch, seqlen, 3"):
+        fa3.flash_attn_qkvpacked_func(torch.randn(1, 4, 2, 2, 64))

@@ -1,0 +1,114 @@
+"""fa3's torch integration: custom ops, fake (shape-only) implementations, autograd
+registration, and torch.compile(fullgraph=True) tracing flash_attn_func.
+
+CPU tensors and the aot_eager backend (which traces like inductor but generates no
+code), so it runs anywhere with PyTorch; test_gpu.py compiles with inductor on a GPU.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa3  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+
+def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype=torch.bfloat16, requires_grad=False):
+    gen = torch.Generator().manual_seed(11)
+    tensors = [
+        torch.randn(batch, seqlen_q, nheads, head_dim, generator=gen).to(dtype),
+        torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype),
+        torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype),
+    ]
+    return [t.requires_grad_(requires_grad) for t in tensors]
+
+
+@pytest.mark.parametrize(
+    "dtype, out_dtype",
+    [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16), (torch.float8_e4m3fn, torch.bfloat16)],
+)
+def test_fake_shapes(dtype, out_dtype):
+    with FakeTensorMode():
+        q = torch.empty(3, 100, 8, 128, dtype=dtype)
+        k = torch.empty(3, 70, 2, 128, dtype=dtype)
+        out, lse = fa3.flash_attn_func(q, k, k, causal=True, return_attn_probs=True)
+        assert out.shape == (3, 100, 8, 128) and out.dtype == out_dtype
+        assert lse.shape == (3, 8, 100) and lse.dtype == torch.float32
+        dq, dk, dv = torch.ops.fa3.bwd(out, q, k, k, out, lse, 0.0, True, -1, 0, 0.0, False)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+
+
+def test_meta_tensors_give_shapes():
+    q = torch.empty(2, 33, 8, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(2, 40, 4, 64, device="meta", dtype=torch.bfloat16)
+    out, lse = fa3.flash_attn_func(q, k, k, return_attn_probs=True)
+    assert out.device.type == "meta" and out.shape == q.shape
+    assert lse.shape == (2, 8, 33)
+
+
+def test_opcheck_forward_and_backward():
+    """torch.library.opcheck: schema, fake implementation, autograd registration, AOT dispatch."""
+    q, k, v = make_qkv(2, 17, 23, 4, 2, 64, requires_grad=True)
+    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, 0.0, True, -1, 0, 0.0, False))
+    out, lse = torch.ops.fa3.fwd(q, k, v, 0.0, True, -1, 0, 0.0, False)
+    dout = torch.randn_like(out)
+    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, 0.0, True, -1, 0, 0.0, False)
+    torch.library.opcheck(torch.ops.fa3.bwd.default, args)
+
+
+def attention_block(q, k, v):
+    """A small graph around flash_attn_func, as a model would have it."""
+    out = fa3.flash_attn_func(q * 0.5, k, v, causal=True)
+    return out.float().square().sum(dim=-1)
+
+
+def test_compile_fullgraph_forward():
+    q, k, v = make_qkv(2, 40, 40, 4, 2, 64)
+    torch._dynamo.reset()
+    compiled = torch.compile(attention_block, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q, k, v), attention_block(q, k, v))
+
+
+def test_compile_fullgraph_backward():
+    q, k, v = make_qkv(2, 40, 40, 4, 2, 64, requires_grad=True)
+    attention_block(q, k, v).sum().backward()
+    eager = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    torch._dynamo.reset()
+    compiled = torch.compile(attention_block, fullgraph=True, backend="aot_eager")
+    compiled(q, k, v).sum().backward()
+    for name, e, t in zip("qkv", eager, (q, k, v)):
+        assert torch.equal(t.grad, e), f"d{name} differs between eager and compiled"
+
+
+def test_compile_dynamic_shapes():
+    torch._dynamo.reset()
+    compiled = torch.compile(attention_block, fullgraph=True, backend="aot_eager", dynamic=True)
+    for seqlen in (24, 31, 57):
+        q, k, v = make_qkv(1, seqlen, seqlen + 3, 4, 2, 64)
+        assert torch.equal(compiled(q, k, v), attention_block(q, k, v))
+
+
+def test_compile_with_options():
+    q, k, v = make_qkv(1, 30, 30, 4, 4, 64)
+
+    def windowed(q, k, v):
+        return fa3.flash_attn_func(q, k, v, softmax_scale=0.2, window_size=(8, 2), softcap=10.0, return_attn_probs=True)
+
+    torch._dynamo.reset()
+    out, lse = torch.compile(windowed, fullgraph=True, backend="aot_eager")(q, k, v)
+    eager_out, eager_lse = windowed(q, k, v)
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
+
+
+def test_compile_rejects_unsupported_option_at_trace_time():
+    q, k, v = make_qkv(1, 8, 8, 2, 2, 64)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda q, k, v: fa3.flash_attn_func(q, k, v, num_splits=4), fullgraph=True, backend="aot_eager"
+    )
+    # Dynamo reports the error raised while tracing as an Unsupported graph break
+    # that carries the original message.
+    with pytest.raises((NotImplementedError, torch._dynamo.exc.Unsupported), match="num_splits=4: split-KV"):
+        compiled(q, k, v)

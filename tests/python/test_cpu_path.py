@@ -1,0 +1,164 @@
+"""flash_attn_func on CPU tensors (fa3's CPU path) against the torch reference.
+
+Runs on any machine with PyTorch; shapes are small so the module takes seconds.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa3  # noqa: E402
+from attention_reference import ABS_CAP, check_close, reference, reference_dtype, reference_grads  # noqa: E402
+
+SEQLENS = [(1, 1), (2, 3), (17, 17), (113, 127), (128, 129), (1, 239), (239, 1), (65, 33)]
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, generator=gen).to(dtype)
+    k = torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype)
+    v = torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype)
+    return q, k, v
+
+
+def check_forward(q, k, v, **options):
+    """Runs fa3 and both references; checks out and lse by the accuracy rule."""
+    mask = {key: options[key] for key in ("causal", "softcap", "softmax_scale") if key in options}
+    if "window_size" in options:
+        mask["window"] = options["window_size"]
+    out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    ref_out, ref_lse = reference(q, k, v, dtype=reference_dtype(q.dtype), **mask)
+    low_out, low_lse = reference(q, k, v, dtype=q.dtype, **mask)
+    check_close("out", out, ref_out, low_out, abs_cap=ABS_CAP.get(q.dtype))
+    check_close("lse", lse, ref_lse, low_lse)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("seqlens", SEQLENS, ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_seqlens(dtype, seqlens, causal):
+    q, k, v = make_qkv(2, *seqlens, 4, 2, 64, dtype)
+    check_forward(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2), (8, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dims_and_groups(head_dim, heads, causal):
+    q, k, v = make_qkv(1, 67, 80, *heads, head_dim, torch.bfloat16)
+    check_forward(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("window", [(16, 0), (8, 4), (-1, 5), (0, 0)])
+def test_sliding_window(window):
+    q, k, v = make_qkv(2, 70, 90, 4, 2, 64, torch.bfloat16)
+    check_forward(q, k, v, window_size=window)
+
+
+def test_softcap_and_scale():
+    q, k, v = make_qkv(2, 50, 60, 4, 4, 64, torch.bfloat16)
+    check_forward(q, k, v, softcap=5.0, softmax_scale=0.3, causal=True)
+
+
+def test_strided_inputs():
+    """Views whose last dim is contiguous but whose other strides are not packed."""
+    gen = torch.Generator().manual_seed(3)
+    qkv = torch.randn(3, 45, 3, 4, 64, generator=gen).to(torch.bfloat16)
+    q = qkv[:, :, 0]
+    k_bhsd = torch.randn(3, 4, 52, 64, generator=gen).to(torch.bfloat16)
+    k = k_bhsd.transpose(1, 2)
+    v = torch.randn(6, 52, 4, 64, generator=gen).to(torch.bfloat16)[::2]
+    assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
+    out = check_forward(q, k, v, causal=True)
+    dense = fa3.flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    assert torch.equal(out, dense)
+
+
+def test_rows_past_the_views_are_not_read():
+    """NaN stored just past each view's rows must not reach the result."""
+    q_buf, k_buf, v_buf = make_qkv(2, 40, 50, 4, 2, 64, torch.bfloat16)
+    for buf in (q_buf, k_buf, v_buf):
+        buf[:, -7:] = float("nan")
+    q, k, v = q_buf[:, :33], k_buf[:, :43], v_buf[:, :43]
+    check_forward(q, k, v)
+
+
+def test_fully_masked_rows_give_zero_and_minus_inf():
+    q, k, v = make_qkv(1, 6, 2, 2, 2, 64, torch.float32)
+    out, lse = fa3.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    # Bottom-right alignment: queries 0..3 of 6 see none of the 2 keys.
+    assert torch.all(out[:, :4] == 0)
+    assert torch.all(lse[:, :, :4] == float("-inf"))
+    assert torch.isfinite(lse[:, :, 4:]).all()
+
+
+def test_forward_is_deterministic():
+    q, k, v = make_qkv(2, 130, 130, 4, 2, 64, torch.bfloat16)
+    first = fa3.flash_attn_func(q, k, v, causal=True)
+    for _ in range(3):
+        assert torch.equal(fa3.flash_attn_func(q, k, v, causal=True), first)
+
+
+def test_return_value_forms():
+    q, k, v = make_qkv(1, 8, 8, 2, 2, 64, torch.bfloat16)
+    out = fa3.flash_attn_func(q, k, v)
+    assert isinstance(out, torch.Tensor)
+    pair = fa3.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert isinstance(pair, tuple) and len(pair) == 2
+    assert torch.equal(pair[0], out)
+
+
+def test_accepted_performance_options():
+    """Options that only steer performance in FlashAttention-3 and have a value fa3 honours."""
+    q, k, v = make_qkv(1, 20, 20, 4, 2, 64, torch.bfloat16)
+    base = fa3.flash_attn_func(q, k, v)
+    for options in ({"num_splits": 0}, {"pack_gqa": False}, {"deterministic": True}, {"sm_margin": 0}):
+        assert torch.equal(fa3.flash_attn_func(q, k, v, **options), base), options
+
+
+@pytest.mark.parametrize("packed", ["5d", "4d"])
+def test_qkvpacked(packed):
+    gen = torch.Generator().manual_seed(5)
+    if packed == "5d":
+        qkv = torch.randn(2, 30, 3, 4, 64, generator=gen).to(torch.bfloat16)
+        q, k, v = qkv.unbind(2)
+        out = fa3.flash_attn_qkvpacked_func(qkv, causal=True)
+    else:
+        qkv = torch.randn(2, 30, 4 + 2 * 2, 64, generator=gen).to(torch.bfloat16)
+        q, k, v = qkv.split([4, 2, 2], dim=2)
+        out = fa3.flash_attn_qkvpacked_func(qkv, causal=True, num_heads_q=4)
+    assert torch.equal(out, fa3.flash_attn_func(q, k, v, causal=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("seqlens", [(17, 17), (33, 20), (20, 33)], ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_backward(dtype, seqlens, causal):
+    q, k, v = make_qkv(2, *seqlens, 4, 2, 64, dtype, seed=7)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(8)).to(dtype)
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fa3.flash_attn_func(*leaves, causal=causal).backward(dout)
+    got = [t.grad for t in leaves]
+    ref = reference_grads(q, k, v, dout, dtype=reference_dtype(dtype), causal=causal)
+    low = reference_grads(q, k, v, dout, dtype=dtype, causal=causal)
+    for name, g, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
+        assert g.dtype == dtype
+        check_close(name, g, r, lo, factor=3.0)
+
+
+def test_backward_reaches_packed_qkv():
+    qkv = torch.randn(2, 24, 3, 4, 64, dtype=torch.bfloat16, requires_grad=True)
+    fa3.flash_attn_qkvpacked_func(qkv, causal=True).sum().backward()
+    assert qkv.grad is not None and qkv.grad.shape == qkv.shape
+    assert torch.isfinite(qkv.grad.float()).all()
+
+
+def test_lse_is_not_differentiable():
+    q, k, v = (t.requires_grad_() for t in make_qkv(1, 8, 8, 2, 2, 64, torch.float32))
+    out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert out.requires_grad and not lse.requires_grad
