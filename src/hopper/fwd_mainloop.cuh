@@ -129,6 +129,19 @@ struct FwdConsumer {
     }
   }
 
+  // Once S = Q·K_nᵀ has landed: frees K's stage, masks the block if it needs it, and
+  // folds S into the online softmax (S becomes P).
+  template <bool kFirst, class TensorS, class TensorC, class Softmax, int kRows>
+  __device__ __forceinline__ void scores_to_probs(Pipeline& k_pipe, const Mask& mask, TensorS& s, const TensorC& coord,
+                                                  int m_block, int n, Softmax& softmax, float (&rescale)[kRows]) {
+    k_pipe.consumer_release(k_state, lane0);
+    k_state.advance();
+    if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
+      apply_mask(mask, s, coord, m_block * Traits::kBlockM, n * Traits::kBlockN);
+    }
+    softmax.template update<kFirst>(s, rescale);
+  }
+
   // Arrives at QueryEmpty (see fwd_kernel.cuh) for this warp.
   __device__ __forceinline__ static void release_q() {
     barrier_arrive(NamedBarrier::kQueryEmpty, 32 + Traits::kConsumerThreads);
@@ -165,7 +178,6 @@ struct FwdConsumer {
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<BM, BN>{});
     auto s = rowcol_view(tSrS);
     auto o = rowcol_view(tOrO);
-    const int row0 = m_block * Traits::kBlockM;
     float rescale[Softmax::kRowsPerThread];
 
     int n = n_end - 1;
@@ -175,12 +187,7 @@ struct FwdConsumer {
     turn_pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
-    k_pipe.consumer_release(k_state, lane0);
-    k_state.advance();
-    if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
-      apply_mask(mask, s, coord, row0, n * Traits::kBlockN);
-    }
-    softmax.template update<true>(s, rescale);
+    scores_to_probs<true>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
     auto rP = convert_fragment<Element>(tSrS);
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
 
@@ -193,12 +200,7 @@ struct FwdConsumer {
       turn_pass();
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
-      k_pipe.consumer_release(k_state, lane0);
-      k_state.advance();
-      if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
-        apply_mask(mask, s, coord, row0, n * Traits::kBlockN);
-      }
-      softmax.template update<false>(s, rescale);
+      scores_to_probs<false>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       v_pipe.consumer_release(v_state, lane0);
