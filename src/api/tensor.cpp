@@ -24,8 +24,11 @@ std::size_t dtype_size(DType dtype) {
   return 0;
 }
 
-TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
-  if (shape.size() > static_cast<std::size_t>(kMaxRank)) {
+namespace {
+
+// A view of `shape` with unset strides; throws when the rank is over kMaxRank.
+TensorView with_shape(void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
+  if (shape.size() > static_cast<std::size_t>(TensorView::kMaxRank)) {
     throw std::invalid_argument("TensorView: rank over 4");
   }
   TensorView t;
@@ -34,6 +37,13 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   t.rank = static_cast<int>(shape.size());
   int i = 0;
   for (std::int64_t s : shape) t.shape[i++] = s;
+  return t;
+}
+
+}  // namespace
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
+  TensorView t = with_shape(data, dtype, shape);
   std::int64_t stride = 1;
   for (int d = t.rank - 1; d >= 0; --d) {
     t.stride[d] = stride;
@@ -44,16 +54,11 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
 
 TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                                std::initializer_list<std::int64_t> stride) {
-  if (shape.size() != stride.size() || shape.size() > static_cast<std::size_t>(kMaxRank)) {
-    throw std::invalid_argument("TensorView: shape and stride must have the same length, at most 4");
+  if (shape.size() != stride.size()) {
+    throw std::invalid_argument("TensorView: shape and stride must have the same length");
   }
-  TensorView t;
-  t.data = data;
-  t.dtype = dtype;
-  t.rank = static_cast<int>(shape.size());
+  TensorView t = with_shape(data, dtype, shape);
   int i = 0;
-  for (std::int64_t s : shape) t.shape[i++] = s;
-  i = 0;
   for (std::int64_t s : stride) t.stride[i++] = s;
   return t;
 }
