@@ -5,5 +5,6 @@
 #include "fa3/attention.h"
 #include "fa3/cpu.h"
 #include "fa3/device.h"
+#include "fa3/kernels.h"
 #include "fa3/status.h"
 #include "fa3/tensor.h"

@@ -1,16 +1,19 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <vector>
 
 #include "api/device_cache.h"
 #include "api/validate.h"
 #include "common/status_macros.h"
 #include "fa3/attention.h"
+#include "fa3/kernels.h"
 #include "hopper/fwd_dispatch.h"
 
 namespace fa3 {
+namespace {
 
-Status forward(const ForwardArgs& args, cudaStream_t stream) {
+Status run_on_device(const ForwardArgs& args, const char* kernel, cudaStream_t stream) {
   Problem problem;
   FA3_RETURN_IF_ERROR(validate_forward(args, gpu_target(), &problem));
   const DeviceInfo* dev = nullptr;
@@ -20,7 +23,23 @@ Status forward(const ForwardArgs& args, cudaStream_t stream) {
                                            std::to_string(dev->index) + " (" + dev->name + ") is " +
                                            std::to_string(dev->cc_major) + "." + std::to_string(dev->cc_minor)};
   }
-  return hopper::run_forward(problem, args, dev->sm_count, stream);
+  return hopper::run_forward(problem, args, dev->sm_count, stream, kernel);
+}
+
+}  // namespace
+
+Status forward(const ForwardArgs& args, cudaStream_t stream) { return run_on_device(args, nullptr, stream); }
+
+Status forward_with_kernel(const ForwardArgs& args, const std::string& kernel, cudaStream_t stream) {
+  return run_on_device(args, kernel.c_str(), stream);
+}
+
+Status forward_kernels(const ForwardArgs& args, std::vector<std::string>* names) {
+  Problem problem;
+  FA3_RETURN_IF_ERROR(validate_forward(args, gpu_target(), &problem));
+  names->clear();
+  for (const hopper::FwdKernelEntry* k : hopper::fwd_candidates(problem, args.q.dtype)) names->push_back(k->name());
+  return Status::ok();
 }
 
 }  // namespace fa3

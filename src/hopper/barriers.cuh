@@ -7,11 +7,16 @@
 namespace fa3::hopper {
 
 enum class NamedBarrier : int {
-  kEpilogue = 1,        // consumer warpgroups: O tile in shared memory is complete / free
-  kQueryEmpty = 2,      // consumers -> producer: Q's buffer may be overwritten
-  kWarpScheduler0 = 3,  // consumer warpgroup w may issue its GEMMs: kWarpScheduler0 + w
-  kWarpScheduler1 = 4,
-  kWarpScheduler2 = 5,
+  kQueryEmpty = 1,      // consumers -> producer: Q's buffer may be overwritten
+  kWarpScheduler0 = 2,  // consumer warpgroup w may issue its GEMMs: kWarpScheduler0 + w
+  kWarpScheduler1 = 3,
+  kWarpScheduler2 = 4,
+  kEpilogue0 = 5,       // inside consumer warpgroup w: its O rows in shared memory are complete / free
+  kEpilogue1 = 6,
+  kEpilogue2 = 7,
+  kQueryRead0 = 8,      // O written through Q's buffer: the other warpgroups are done reading Q
+  kQueryRead1 = 9,
+  kQueryRead2 = 10,
 };
 
 __device__ __forceinline__ void barrier_sync(NamedBarrier id, int count) {
@@ -24,6 +29,14 @@ __device__ __forceinline__ void barrier_arrive(NamedBarrier id, int count) {
 
 __device__ __forceinline__ NamedBarrier warp_scheduler_barrier(int wg) {
   return static_cast<NamedBarrier>(static_cast<int>(NamedBarrier::kWarpScheduler0) + wg);
+}
+
+__device__ __forceinline__ NamedBarrier epilogue_barrier(int wg) {
+  return static_cast<NamedBarrier>(static_cast<int>(NamedBarrier::kEpilogue0) + wg);
+}
+
+__device__ __forceinline__ NamedBarrier query_read_barrier(int wg) {
+  return static_cast<NamedBarrier>(static_cast<int>(NamedBarrier::kQueryRead0) + wg);
 }
 
 }  // namespace fa3::hopper

@@ -21,31 +21,37 @@ struct FwdEpilogue {
   using D = typename Traits::D;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
 
-  // `tOrO` is normalized; `lse` holds this thread's rows. All consumer threads call it.
+  // `tOrO` is normalized; `lse` holds this thread's rows. Every thread of each consumer
+  // warpgroup calls it; a warpgroup stores its own 64 rows without waiting for the others.
   template <class Params, class TensorO, int kRows>
   __device__ static void store(const Params& params, typename Traits::SharedStorage& smem, int tid, TileCoord tile,
                                const TensorO& tOrO, const float (&lse)[kRows]) {
     using namespace cute;
     const FwdParams& p = params.p;
-    Tensor sO = make_tensor(make_smem_ptr(smem.o_buffer()), typename Traits::SmemLayoutO{});
-    auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::TiledMmaPV{});
-    auto thr_copy = copy_o.get_thread_slice(tid);
+    const int wg = tid / 128;
+    const int wg_tid = tid % 128;
+    Tensor sO = make_tensor(make_smem_ptr(smem.o_buffer(wg)), typename Traits::SmemLayoutO{});
+    auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, typename Traits::TiledMmaPVRows{});
+    auto thr_copy = copy_o.get_thread_slice(wg_tid);
     auto rO = convert_fragment<Element>(tOrO);
     Tensor tRrO = thr_copy.retile_S(rO);
     Tensor tRsO = thr_copy.partition_D(sO);
 
-    // O's buffer is free once the previous tile's store has read it (only the thread
-    // that issued it can tell) and, when it is Q's buffer, once every warpgroup is
-    // done with Q; the barrier publishes both.
-    if (tid == 0) tma_store_wait<0>();
-    barrier_sync(NamedBarrier::kEpilogue, kConsumerThreads);
+    // When O's buffer is Q's, every other warpgroup must be done reading Q (they
+    // arrive once their last Q·Kᵀ has completed).
+    if constexpr (Traits::kCfg.o_aliases_q) barrier_sync(query_read_barrier(wg), kConsumerThreads);
+    // The buffer is free once this warpgroup's previous store has read it; only the
+    // thread that issued it can tell, and the barrier publishes it.
+    if (wg_tid == 0) tma_store_wait<0>();
+    barrier_sync(epilogue_barrier(wg), 128);
     copy(copy_o, tRrO, tRsO);
     // Generic-proxy writes must be visible to the TMA (async proxy) before it reads.
     cutlass::arch::fence_view_async_shared();
-    barrier_sync(NamedBarrier::kEpilogue, kConsumerThreads);
-    if (tid == 0) {
+    barrier_sync(epilogue_barrier(wg), 128);
+    if (wg_tid == 0) {
       Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
-      Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
+      Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<_64, D>{},
+                             make_coord(tile.m_block * Traits::kConsumerWGs + wg, _0{}));
       auto thr_tma = params.tma_o.get_slice(_0{});
       copy(params.tma_o, thr_tma.partition_S(sO), thr_tma.partition_D(gO));
       tma_store_arrive();
@@ -66,9 +72,10 @@ struct FwdEpilogue {
     }
   }
 
-  // Before the CTA exits (or reuses O's buffer for Q), the last store must have read it.
+  // Before the CTA exits (or reuses O's buffer for Q), the warpgroup's last store must
+  // have read it.
   __device__ static void drain(int tid) {
-    if (tid == 0) cute::tma_store_wait<0>();
+    if (tid % 128 == 0) cute::tma_store_wait<0>();
   }
 };
 

@@ -1,11 +1,19 @@
 // fa3 — forward kernel configurations: tile shapes, pipeline depth, warpgroup roles
-// and register budgets, one named struct per head dim.
+// and register budgets. A configuration follows from (head dim, tile) by the rules
+// below; which tiles are compiled is the build's choice (src/CMakeLists.txt) and
+// which one runs is the dispatcher's (fwd_dispatch.cpp).
 //
 // Shared memory per CTA (bf16/fp16): Q block_m*d*2, K and V stages*block_n*d*2 each,
 // O block_m*d*2 unless it reuses Q's buffer. The Hopper limit is 227 KB.
 #pragma once
 
 namespace fa3::hopper {
+
+// The CTA tile: query rows (64 per consumer warpgroup) by keys per K/V block.
+struct FwdTile {
+  int block_m;
+  int block_n;
+};
 
 struct FwdConfig {
   int block_m;             // query rows per CTA tile (64 per consumer warpgroup)
@@ -27,22 +35,25 @@ struct FwdConfig {
   }
 };
 
-// Register budgets: each a multiple of 8 in [24, 256], and registers_fit(). With two
-// consumer warpgroups the CTA launches at 168 per thread (64512 in all): 24 + 2 * 240.
-template <int kHeadDim, bool kCausal>
-constexpr FwdConfig fwd_config() {
-  if constexpr (kHeadDim == 64) {
-    return FwdConfig{192, 128, 2, 3, 32, 160, true, false};
-  } else if constexpr (kHeadDim == 96) {
-    return FwdConfig{128, 128, 2, 2, 24, 240, true, false};
-  } else if constexpr (kHeadDim == 128) {
-    return FwdConfig{128, 128, 2, 2, 24, 240, true, false};
-  } else if constexpr (kHeadDim == 192) {
-    return FwdConfig{128, 96, 2, 2, 24, 240, true, true};
-  } else {
-    static_assert(kHeadDim == 256, "head dims: 64, 96, 128, 192, 256");
-    return FwdConfig{128, 80, 2, 2, 24, 240, true, true};
-  }
+inline constexpr int kSmemLimitBytes = 227 * 1024;
+// Barriers and alignment padding on top of the operand buffers.
+inline constexpr int kSmemReserveBytes = 2048;
+
+constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, bool o_aliases_q) {
+  const int q = tile.block_m * head_dim * 2;
+  const int kv = 2 * stages * tile.block_n * head_dim * 2;
+  return q + kv + (o_aliases_q ? 0 : q) + kSmemReserveBytes;
+}
+
+// Register budgets, each a multiple of 8 in [24, 256] with registers_fit(): two
+// consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240; three at
+// 128 per thread = 32 + 3 * 160. O gets its own buffer whenever it fits, so that Q's
+// can be refilled for the next tile while this one finishes.
+constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
+  const int wgs = tile.block_m / 64;
+  const int stages = 2;
+  const bool alias = fwd_smem_bytes(head_dim, tile, stages, false) > kSmemLimitBytes;
+  return FwdConfig{tile.block_m, tile.block_n, stages, wgs, wgs == 2 ? 24 : 32, wgs == 2 ? 240 : 160, true, alias};
 }
 
 }  // namespace fa3::hopper

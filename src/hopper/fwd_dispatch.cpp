@@ -6,8 +6,9 @@
 
 namespace fa3::hopper {
 
-// One launcher per compiled (dtype, head dim, mask), defined in generated files.
-#define FA3_FWD_INSTANCE(dtype, hdim, mask) Status fwd_##dtype##_hdim##hdim##_##mask(const FwdParams&, cudaStream_t);
+// One launcher per compiled (dtype, head dim, mask, tile), defined in generated files.
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn) \
+  Status fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn(const FwdParams&, cudaStream_t);
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
 
@@ -17,25 +18,63 @@ DType dtype_from_name(const char* name) {
   return std::string(name) == "fp16" ? DType::kFloat16 : DType::kBFloat16;
 }
 
+// The dispatcher's order of preference among tiles, best first; tiles not listed
+// rank after these in build order. Chosen by measurement (docs/perf-log.md).
+std::vector<FwdTile> preferred_tiles(const Problem& p) {
+  if (p.head_dim == 64 && p.causal && p.seqlen_q <= 1024) {
+    // Short causal rows: 128-row tiles waste less on the diagonal and on the last
+    // query block (192 rows leave a third of it empty at 512) than 192-row tiles gain.
+    return {{128, 128}, {192, 128}};
+  }
+  return {};
+}
+
+bool same_tile(FwdTile a, FwdTile b) { return a.block_m == b.block_m && a.block_n == b.block_n; }
+
 }  // namespace
+
+std::string FwdKernelEntry::name() const {
+  return std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n);
+}
+
+const std::vector<FwdKernelEntry>& fwd_kernels() {
+  static const std::vector<FwdKernelEntry> kernels = {
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn) \
+  {dtype_from_name(#dtype), hdim, std::string(#mask) == "causal", {bm, bn}, &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn},
+#include "fwd_registry.inc"
+#undef FA3_FWD_INSTANCE
+  };
+  return kernels;
+}
 
 std::vector<DType> fwd_dtypes() {
   std::vector<DType> out;
-#define FA3_FWD_INSTANCE(dtype, hdim, mask)                                  \
-  if (std::find(out.begin(), out.end(), dtype_from_name(#dtype)) == out.end()) \
-    out.push_back(dtype_from_name(#dtype));
-#include "fwd_registry.inc"
-#undef FA3_FWD_INSTANCE
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (std::find(out.begin(), out.end(), k.dtype) == out.end()) out.push_back(k.dtype);
+  }
   return out;
 }
 
 std::vector<int> fwd_head_dims() {
   std::vector<int> out;
-#define FA3_FWD_INSTANCE(dtype, hdim, mask) \
-  if (std::find(out.begin(), out.end(), hdim) == out.end()) out.push_back(hdim);
-#include "fwd_registry.inc"
-#undef FA3_FWD_INSTANCE
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
+  }
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype) {
+  std::vector<const FwdKernelEntry*> out;
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (k.dtype == dtype && k.head_dim == p.head_dim && k.causal == p.causal) out.push_back(&k);
+  }
+  const std::vector<FwdTile> order = preferred_tiles(p);
+  auto rank = [&](const FwdKernelEntry* k) {
+    const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) { return same_tile(t, k->tile); });
+    return it - order.begin();
+  };
+  std::stable_sort(out.begin(), out.end(), [&](auto* a, auto* b) { return rank(a) < rank(b); });
   return out;
 }
 
@@ -78,17 +117,26 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   return f;
 }
 
-Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream) {
-  const FwdParams params = make_fwd_params(p, a, num_sms);
-  const char* dtype = a.q.dtype == DType::kFloat16 ? "fp16" : "bf16";
+Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream, const char* kernel) {
+  const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype);
   const std::string mask = p.causal ? "causal" : "plain";
-#define FA3_FWD_INSTANCE(dt, hdim, msk)                                                   \
-  if (std::string(#dt) == dtype && hdim == p.head_dim && std::string(#msk) == mask) \
-    return fwd_##dt##_hdim##hdim##_##msk(params, stream);
-#include "fwd_registry.inc"
-#undef FA3_FWD_INSTANCE
-  return {StatusCode::kNotSupported, std::string("no forward kernel was built for dtype ") + dtype + ", head dim " +
-                                         std::to_string(p.head_dim) + ", mask " + mask};
+  if (candidates.empty()) {
+    return {StatusCode::kNotSupported, std::string("no forward kernel was built for dtype ") + dtype_name(a.q.dtype) +
+                                           ", head dim " + std::to_string(p.head_dim) + ", mask " + mask};
+  }
+  const FwdKernelEntry* chosen = candidates.front();
+  if (kernel != nullptr) {
+    const auto it = std::find_if(candidates.begin(), candidates.end(), [&](auto* k) { return k->name() == kernel; });
+    if (it == candidates.end()) {
+      std::string names;
+      for (const FwdKernelEntry* k : candidates) names += (names.empty() ? "" : ", ") + k->name();
+      return {StatusCode::kInvalidArgument, std::string("no forward kernel '") + kernel + "' for dtype " +
+                                                dtype_name(a.q.dtype) + ", head dim " + std::to_string(p.head_dim) +
+                                                ", mask " + mask + " (built: " + names + ")"};
+    }
+    chosen = *it;
+  }
+  return chosen->launch(make_fwd_params(p, a, num_sms), stream);
 }
 
 }  // namespace fa3::hopper

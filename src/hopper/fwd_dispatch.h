@@ -1,23 +1,44 @@
-// fa3 — picks the compiled forward kernel for a validated problem.
+// fa3 — the compiled forward kernels, and the choice of one for a validated problem.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <string>
 #include <vector>
 
 #include "api/problem.h"
 #include "fa3/attention.h"
+#include "hopper/fwd_config.h"
 #include "hopper/fwd_params.h"
 
 namespace fa3::hopper {
 
-// What was compiled (from the configure-time kernel list).
+// One compiled forward kernel (from the configure-time kernel list).
+struct FwdKernelEntry {
+  DType dtype;
+  int head_dim;
+  bool causal;
+  FwdTile tile;
+  Status (*launch)(const FwdParams&, cudaStream_t);
+
+  std::string name() const;  // the tile, "MxN": unique among kernels of one problem kind
+};
+
+const std::vector<FwdKernelEntry>& fwd_kernels();
+
+// What was compiled.
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
+
+// The compiled kernels that can run `p` with inputs of `dtype`, the one forward()
+// would choose first.
+std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype);
 
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms);
 
-Status run_forward(const Problem& p, const ForwardArgs& args, int num_sms, cudaStream_t stream);
+// Runs the heuristic's kernel, or the one named `kernel` when it is not null.
+Status run_forward(const Problem& p, const ForwardArgs& args, int num_sms, cudaStream_t stream,
+                   const char* kernel = nullptr);
 
 }  // namespace fa3::hopper

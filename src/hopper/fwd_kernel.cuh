@@ -1,13 +1,17 @@
 // fa3 — the forward kernel: warpgroup roles, register budgets, the persistent tile
 // loop, and the handshakes between roles.
 //
-// Warpgroup 0 is the producer (one warp issues every TMA load; it keeps few
-// registers); warpgroups 1.. are consumers, each owning 64 query rows of the tile.
-// Handshakes:
+// Warpgroup 0 is the producer (one warp picks tiles and issues every TMA load; it
+// keeps few registers); warpgroups 1.. are consumers, each owning 64 query rows of
+// the tile. Handshakes:
 //   K, V   : TmaPipeline rings (full: TMA bytes landed; empty: every consumer warp done)
-//   Q      : q_full mbarrier (one phase per tile) and the QueryEmpty named barrier,
-//            which consumers arrive at when Q's buffer (and O's, if shared) may be
-//            overwritten and the producer syncs on before the next Q load.
+//   Q      : q_full mbarrier, one phase per tile. The producer writes the tile's index
+//            to shared memory before arming it, so its completion also tells the
+//            consumers which tile to run; an index past the last tile (armed with no
+//            load) tells them to stop.
+//   Q free : the QueryEmpty named barrier. Consumers arrive once per tile when Q's
+//            buffer (and O's, if shared) may be overwritten; the producer syncs on it
+//            before announcing the next tile.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -30,7 +34,7 @@ struct FwdKernel {
   using Mask = Mask_;
   using SharedStorage = typename Traits::SharedStorage;
   using Pipeline = typename Traits::Pipeline;
-  using Scheduler = StaticTileScheduler<Mask::kCausal>;
+  using Scheduler = TileScheduler<Mask::kCausal>;
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
   static constexpr int kQueryEmptyCount = 32 + kConsumerThreads;  // producer warp + consumers
@@ -42,7 +46,8 @@ struct FwdKernel {
     typename Traits::TmaO tma_o;
     FwdParams p;
     int num_m_blocks;
-    int heads_per_group;  // causal tile order: (batch, head) pairs whose K/V share L2
+    int heads_per_group;  // tile order: (batch, head) pairs whose K/V share L2
+    int* tile_counter;    // zeroed before the launch when the scheduler is dynamic
   };
 
   __device__ static void run(const Params& params, char* smem_raw) {
@@ -83,14 +88,28 @@ struct FwdKernel {
       cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
     }
     FwdProducer<Traits> producer;
-    bool first = true;
-    for (int t = scheduler.first(); scheduler.valid(t); t = scheduler.next(t)) {
-      const TileCoord tile = scheduler.coord(t);
-      const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
-      if (!first) barrier_sync(NamedBarrier::kQueryEmpty, kQueryEmptyCount);
-      first = false;
-      if (leader) producer.load_tile(params, smem, k_pipe, v_pipe, tile, n_end);
+    int t = scheduler.first();
+    for (bool first = true;; first = false) {
+      const bool valid = scheduler.valid(t);
+      const TileCoord tile = scheduler.coord(valid ? t : 0);
+      const int n_end = valid ? mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block) : 0;
+      if (valid && leader) producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, n_end);
       __syncwarp();
+      if (!first) barrier_sync(NamedBarrier::kQueryEmpty, kQueryEmptyCount);
+      int next = 0;
+      if (leader) {
+        smem.tile_index = t;
+        arch::compiler_barrier();  // the index is written before q_full is armed
+        if (valid) {
+          // Ask for the next tile now; the answer is needed only after this one's loads.
+          next = scheduler.next(t, params.tile_counter);
+          producer.load_q_and_rest(params, smem, k_pipe, v_pipe, tile, n_end);
+        } else {
+          cutlass::arch::ClusterBarrier::arrive(&smem.q_full);
+        }
+      }
+      if (!valid) break;
+      t = __shfl_sync(0xffffffffu, next, 0);
     }
   }
 
@@ -101,21 +120,23 @@ struct FwdKernel {
     FwdConsumer<Traits, Mask> consumer(tid);
     Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::D>{});
     consumer.turn_start();
-    for (int t = scheduler.first(); scheduler.valid(t); t = scheduler.next(t)) {
+    for (std::uint32_t q_phase = 0;; q_phase ^= 1u) {
+      arch::mbarrier_wait(&smem.q_full, q_phase);
+      const int t = smem.tile_index;
+      if (!scheduler.valid(t)) break;
       const TileCoord tile = scheduler.coord(t);
       const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
       OnlineSoftmax<2> softmax(params.p.softmax_scale_log2);
-      const bool more = scheduler.valid(scheduler.next(t));
-      // With its own O buffer, Q's buffer is free once the last Q·Kᵀ has run: the
-      // producer can load the next tile's Q under this tile's last P·V and epilogue.
-      consumer.mma_tile(smem, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax,
-                        !Traits::kCfg.o_aliases_q && more);
+      using QueryDone = typename FwdConsumer<Traits, Mask>::QueryDone;
+      const QueryDone q_done = Traits::kCfg.o_aliases_q ? QueryDone::kSignalPeers : QueryDone::kReleaseQ;
+      consumer.mma_tile(smem, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax, q_done);
 
       auto o = rowcol_view(tOrO);
       float lse[2];
       softmax.finalize(o, params.p.softmax_scale, lse);
       Epilogue::store(params, smem, tid, tile, tOrO, lse);
-      if (Traits::kCfg.o_aliases_q && more) {
+      if (Traits::kCfg.o_aliases_q) {
+        // Q's buffer is free once this warpgroup's store has read its rows of O.
         Epilogue::drain(tid);
         __syncwarp();
         barrier_arrive(NamedBarrier::kQueryEmpty, kQueryEmptyCount);

@@ -1,5 +1,5 @@
 // fa3 — host side of the forward kernel: TMA descriptors, grid, shared memory, launch.
-// Included only by the generated per-(dtype, head dim, mask) translation units.
+// Included only by the generated per-(dtype, head dim, mask, tile) translation units.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +17,7 @@
 #include "hopper/fwd_params.h"
 #include "hopper/fwd_traits.cuh"
 #include "hopper/mask.cuh"
+#include "hopper/tile_counter.h"
 
 namespace fa3::hopper {
 
@@ -37,20 +38,21 @@ inline Status cuda_status(cudaError_t err, const char* what) {
 
 // Causal tile order: how many consecutive (batch, head) pairs to interleave so that
 // their K/V (read by every query block of the head) fit in about half of the 50 MB
-// L2 together. Query heads of one GQA group share K/V and count once.
-inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes) {
+// L2 together. Query heads of one GQA group share K/V and count once. A group spans
+// at least the grid, so that one round of tiles never reaches past the next group.
+inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes, int num_m_blocks) {
   constexpr double kL2Budget = 24.0 * 1024 * 1024;
   const double kv_bytes = 2.0 * p.seqlen_k * p.head_dim * static_cast<double>(element_bytes);
-  const int kv_heads = std::max(1, static_cast<int>(kL2Budget / kv_bytes));
   const int per_kv = p.nheads_q / p.nheads_kv;
-  return static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(kv_heads) * per_kv,
-                                                 static_cast<std::int64_t>(p.nheads_q) * p.batch));
+  const int fit = std::max(1, static_cast<int>(kL2Budget / kv_bytes)) * per_kv;
+  const int cover = (std::max(p.num_sms, 1) + num_m_blocks - 1) / num_m_blocks;
+  return static_cast<int>(std::min<std::int64_t>(std::max(fit, cover), static_cast<std::int64_t>(p.nheads_q) * p.batch));
 }
 
-template <class Element, int kHeadDim, class Mask>
+template <class Element, int kHeadDim, class Mask, FwdTile kTile>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
-  constexpr FwdConfig kCfg = fwd_config<kHeadDim, Mask::kCausal>();
+  constexpr FwdConfig kCfg = fwd_config(kHeadDim, kTile);
   using Traits = FwdTraits<Element, kHeadDim, kCfg>;
   using Kernel = FwdKernel<Traits, Mask>;
   using Stride = typename Traits::GmemStride;
@@ -72,6 +74,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const Stride o_stride = strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.seqlen_q, p.nheads_q);
   const StrideVt vt_stride{_1{}, get<0>(v_stride), get<2>(v_stride), get<3>(v_stride)};
 
+  const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   typename Kernel::Params params{
       make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.q), qo_shape, q_stride), typename Traits::SmemLayoutQ{},
                     Shape<typename Traits::BM, typename Traits::D>{}, _1{}),
@@ -82,15 +85,17 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
                     take<0, 2>(typename Traits::SmemLayoutVt{}), Shape<typename Traits::D, typename Traits::BN>{},
                     _1{}),
       make_tma_copy(SM90_TMA_STORE{}, make_tensor(gmem(p.out), qo_shape, o_stride), typename Traits::SmemLayoutO{},
-                    Shape<typename Traits::BM, typename Traits::D>{}, _1{}),
+                    Shape<_64, typename Traits::D>{}, _1{}),
       p,
-      (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
-      causal_heads_per_group(p, sizeof(Element)),
+      num_m_blocks,
+      Mask::kCausal ? causal_heads_per_group(p, sizeof(Element), num_m_blocks) : 1,
+      nullptr,
   };
 
   const std::int64_t tiles = static_cast<std::int64_t>(params.num_m_blocks) * p.nheads_q * p.batch;
-  if (tiles > INT32_MAX) {
-    return {StatusCode::kInvalidArgument, "problem too large: more than 2^31 query tiles"};
+  // Tile indices, the scheduler's overshoot past the last one included, are ints.
+  if (tiles > INT32_MAX - std::max(p.num_sms, 1)) {
+    return {StatusCode::kInvalidArgument, "problem too large: about 2^31 query tiles or more"};
   }
   const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(p.num_sms, 1)));
   auto kernel = fwd_kernel<Kernel>;
@@ -100,8 +105,14 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
       "cudaFuncSetAttribute(max dynamic shared memory)");
   if (!st.is_ok()) return st;
+  if constexpr (Kernel::Scheduler::kDynamic) {
+    const Status counter = acquire_tile_counter(stream, &params.tile_counter);
+    if (!counter.is_ok()) return counter;
+  }
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  return detail::cuda_status(cudaGetLastError(), "forward kernel launch");
+  const Status launched = detail::cuda_status(cudaGetLastError(), "forward kernel launch");
+  const Status released = release_tile_counter(params.tile_counter, stream);
+  return launched.is_ok() ? released : launched;
 }
 
 }  // namespace fa3::hopper

@@ -55,10 +55,45 @@ struct FwdProducer {
   State k_state = Pipeline::producer_start();
   State v_state = Pipeline::producer_start();
 
-  // Loads Q, then K and V blocks [0, n_end) last-first, for one tile. One thread calls it.
+  // A tile's loads come in two parts, one thread issuing each: the first (last-in-
+  // order) K and V blocks, which only need ring stages, then Q, which needs the
+  // consumers to have released Q's buffer, and the remaining blocks. The caller waits
+  // for that release between the two, with the first blocks already in flight.
   template <class Params>
-  __device__ void load_tile(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                            TileCoord tile, int n_end) {
+  __device__ void load_first_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
+                                TileCoord tile, int n_end) {
+    if (n_end <= 0) return;
+    with_tensors(params, smem, tile, [&](auto&, auto&, auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
+      load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n_end - 1);
+    });
+  }
+
+  template <class Params>
+  __device__ void load_q_and_rest(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
+                                  TileCoord tile, int n_end) {
+    with_tensors(params, smem, tile, [&](auto& tQgQ, auto& tQsQ, auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
+      cute::copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
+      for (int n = n_end - 2; n >= 0; --n) load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n);
+    });
+  }
+
+ private:
+  template <class Params, class GK, class SK, class GV, class SV>
+  __device__ __forceinline__ void load_kv(const Params& params, Pipeline& k_pipe, Pipeline& v_pipe, GK& tKgK,
+                                          SK& tKsK, GV& tVgV, SV& tVsV, int n) {
+    using namespace cute;
+    std::uint64_t* k_full = k_pipe.producer_acquire(k_state, Traits::kKVBytes);
+    copy(params.tma_k.with(*k_full), tKgK(_, n), tKsK(_, k_state.index));
+    k_state.advance();
+    std::uint64_t* v_full = v_pipe.producer_acquire(v_state, Traits::kKVBytes);
+    copy(params.tma_v.with(*v_full), tVgV(_, n), tVsV(_, v_state.index));
+    v_state.advance();
+  }
+
+  // Calls fn with the TMA-partitioned (global, shared) tensors of Q, K and V for `tile`.
+  template <class Params, class Fn>
+  __device__ __forceinline__ void with_tensors(const Params& params, SharedStorage& smem, TileCoord tile, Fn&& fn) {
     using namespace cute;
     const FwdParams& p = params.p;
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
@@ -78,16 +113,7 @@ struct FwdProducer {
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
-    copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
-    for (int n = n_end - 1; n >= 0; --n) {
-      std::uint64_t* k_full = k_pipe.producer_acquire(k_state, Traits::kKVBytes);
-      copy(params.tma_k.with(*k_full), tKgK(_, n), tKsK(_, k_state.index));
-      k_state.advance();
-      std::uint64_t* v_full = v_pipe.producer_acquire(v_state, Traits::kKVBytes);
-      copy(params.tma_v.with(*v_full), tVgV(_, n), tVsV(_, v_state.index));
-      v_state.advance();
-    }
+    fn(tQgQ, tQsQ, tKgK, tKsK, tVgV, tVsV);
   }
 };
 
@@ -110,7 +136,6 @@ struct FwdConsumer {
   bool lane0;
   State k_state;
   State v_state;
-  std::uint32_t q_phase = 0;
 
   __device__ explicit FwdConsumer(int consumer_thread)
       : tid(consumer_thread), wg(consumer_thread / 128), lane0(consumer_thread % 32 == 0) {}
@@ -142,17 +167,29 @@ struct FwdConsumer {
     softmax.template update<kFirst>(s, rescale);
   }
 
-  // Arrives at QueryEmpty (see fwd_kernel.cuh) for this warp.
-  __device__ __forceinline__ static void release_q() {
-    barrier_arrive(NamedBarrier::kQueryEmpty, 32 + Traits::kConsumerThreads);
+  // What a warpgroup does once its last read of Q in a tile is complete: with its own
+  // O buffer, Q's buffer may be refilled for the next tile at once (QueryEmpty, see
+  // fwd_kernel.cuh); when O is written through Q's buffer, the other warpgroups may
+  // start writing O (QueryRead).
+  enum class QueryDone { kReleaseQ, kNothing, kSignalPeers };
+
+  __device__ __forceinline__ void query_done(QueryDone action) const {
+    if (action == QueryDone::kReleaseQ) {
+      barrier_arrive(NamedBarrier::kQueryEmpty, 32 + Traits::kConsumerThreads);
+    } else if (action == QueryDone::kSignalPeers) {
+      CUTE_UNROLL
+      for (int w = 0; w < kConsumerWGs; ++w) {
+        if (w != wg) barrier_arrive(query_read_barrier(w), Traits::kConsumerThreads);
+      }
+    }
   }
 
-  // Runs the tile's mainloop. On return tOrO holds the unnormalized output and
-  // `softmax` the row statistics (empty rows: O = 0, sum 0). With `q_release`, the
-  // warp hands Q's buffer back as soon as its last read of Q is complete.
+  // Runs the tile's mainloop, once the tile's Q has landed. On return tOrO holds the
+  // unnormalized output and `softmax` the row statistics (empty rows: O = 0, sum 0);
+  // `q_done` has been carried out as soon as the warpgroup's last Q·Kᵀ completed.
   template <class TensorO, class Softmax>
   __device__ void mma_tile(SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask, int m_block,
-                           int n_end, TensorO& tOrO, Softmax& softmax, bool q_release) {
+                           int n_end, TensorO& tOrO, Softmax& softmax, QueryDone q_done) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
@@ -166,12 +203,8 @@ struct FwdConsumer {
     auto coord = rowcol_view(tScS);
 
     clear(tOrO);
-    // Every tile has a Q load, even one that sees no key, so that consumers never run
-    // more than one tile ahead of the producer (see the QueryEmpty handshake).
-    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, q_phase);
-    q_phase ^= 1u;
     if (n_end <= 0) {
-      if (q_release) release_q();
+      query_done(q_done);
       return;
     }
 
@@ -208,7 +241,7 @@ struct FwdConsumer {
       rescale_rows(o, rescale);
       convert_into(rP, tSrS);
     }
-    if (q_release) release_q();  // every Q·Kᵀ of the tile has completed
+    query_done(q_done);  // every Q·Kᵀ of the tile has completed
 
     v_pipe.consumer_wait(v_state);
     turn_wait();

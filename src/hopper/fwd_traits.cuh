@@ -69,7 +69,14 @@ struct FwdTraits {
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDim>(),
       cute::Shape<D, BN, cute::Int<kStages>>{}));
-  using SmemLayoutO = SmemLayoutQ;
+  // Each consumer warpgroup writes its own 64 rows of O and stores them with its own
+  // TMA copy, so that no warpgroup waits for another at the end of a tile.
+  using TiledMmaPVRows = decltype(cute::make_tiled_mma(
+      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, D, BN>,
+                                       cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>()));
+  using SmemLayoutO = decltype(cute::tile_to_shape(
+      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<cute::_64, D>{}));
+  static constexpr int kOElemsPerWG = cute::cosize_v<SmemLayoutO>;
 
   // Global tensors as TMA sees them: (rows, head_dim, head, batch), head_dim contiguous;
   // V as (head_dim, rows, head, batch).
@@ -88,7 +95,7 @@ struct FwdTraits {
   using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStrideVt>{},
                                             cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<D, BN>{}, cute::_1{}));
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<GmemStride>{}, SmemLayoutO{},
-                                            cute::Shape<BM, D>{}, cute::_1{}));
+                                            cute::Shape<cute::_64, D>{}, cute::_1{}));
 
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
@@ -100,13 +107,16 @@ struct FwdTraits {
     alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
-    alignas(1024) Element o[kCfg.o_aliases_q ? 1 : cute::cosize_v<SmemLayoutO>];
+    alignas(1024) Element o[kCfg.o_aliases_q ? 1 : kConsumerWGs * kOElemsPerWG];
     alignas(16) std::uint64_t q_full;
+    int tile_index;  // the tile whose Q load q_full's current phase announces
     typename Pipeline::Storage k_pipe;
     typename Pipeline::Storage v_pipe;
 
-    __device__ Element* o_buffer() { return kCfg.o_aliases_q ? q : o; }
+    // Consumer warpgroup wg's 64 rows of O.
+    __device__ Element* o_buffer(int wg) { return (kCfg.o_aliases_q ? q : o) + wg * kOElemsPerWG; }
   };
+  static_assert(kConsumerWGs * kOElemsPerWG == cute::cosize_v<SmemLayoutQ>, "O's rows fill Q's buffer exactly");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
 };

@@ -45,10 +45,12 @@ struct OnlineSoftmax {
     static_assert(decltype(cute::size<0>(s))::value == kRows);
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      float m = row_max[r];
+      // Four independent chains: the max and the sum of a row are dependency chains
+      // across its columns, and a single chain would leave the ALUs waiting.
+      float part[4] = {row_max[r], -INFINITY, -INFINITY, -INFINITY};
       CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(s); ++c) m = fmaxf(m, s(r, c));
-      m = quad_max(m);
+      for (int c = 0; c < cute::size<1>(s); ++c) part[c % 4] = fmaxf(part[c % 4], s(r, c));
+      float m = quad_max(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])));
       // A row that has seen only masked keys keeps max -inf; exponentiate against 0
       // instead so that exp2(-inf) = 0 and no NaN appears.
       const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
@@ -57,13 +59,13 @@ struct OnlineSoftmax {
         row_sum[r] *= rescale[r];
       }
       row_max[r] = m;
-      float sum = 0.f;
+      float sum[4] = {0.f, 0.f, 0.f, 0.f};
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(s); ++c) {
         s(r, c) = arch::exp2_approx(fmaf(s(r, c), scale_log2, -m_scaled));
-        sum += s(r, c);
+        sum[c % 4] += s(r, c);
       }
-      row_sum[r] += sum;
+      row_sum[r] += (sum[0] + sum[1]) + (sum[2] + sum[3]);
     }
   }
 

@@ -1,13 +1,17 @@
 // fa3 — the persistent tile scheduler: a grid of about one CTA per SM walks the
-// (query block, head, batch) tiles in a fixed order, every role of a CTA computing
-// the same sequence independently (no communication needed).
+// (query block, head, batch) tiles. The producer warp of each CTA picks the CTA's
+// next tile and announces it to the consumers with the tile's Q load (see
+// fwd_kernel.cuh), so only the producer needs to know the order.
 //
-// Order, non-causal: query blocks vary fastest, so the CTAs running at one time share
-// a few heads and their K/V stay in L2.
-// Causal tiles differ in length (query block m sees m+1 key blocks): heads are taken
-// in groups whose K/V fit in L2 together, and within a group tiles go longest first
-// (query block descending, head fastest), so that round-robin assignment hands every
-// CTA a similar amount of work while the CTAs stay on the same few heads.
+// Order: (batch, head) pairs are taken in groups, and inside a group the head varies
+// fastest, then the query block. A group of one head is "query blocks of one head in
+// a row": the CTAs running at one time share a few heads and their K/V stay in L2.
+//
+// Non-causal tiles are all alike: CTA c takes tiles c, c + grid, c + 2 grid, ...
+// Causal tiles differ in length (query block m sees about m + 1 key blocks): groups
+// are as many heads as fit in L2 together, tiles inside a group go longest first, and
+// each CTA takes the next tile from a global counter when it finishes one, so that
+// lengths even out across CTAs and the running tiles stay within one or two groups.
 #pragma once
 
 namespace fa3::hopper {
@@ -18,37 +22,38 @@ struct TileCoord {
   int batch;
 };
 
-template <bool kLongestFirst>
-struct StaticTileScheduler {
+template <bool kCausal>
+struct TileScheduler {
+  static constexpr bool kDynamic = kCausal;
   int num_m_blocks;
   int num_heads;
   int num_tiles;
-  int group_heads;  // (batch, head) pairs per L2 group; used when kLongestFirst
+  int group_heads;  // (batch, head) pairs per group
 
-  __host__ __device__ StaticTileScheduler(int m_blocks, int heads, int batch, int heads_per_group)
-      : num_m_blocks(m_blocks),
-        num_heads(heads),
-        num_tiles(m_blocks * heads * batch),
-        group_heads(heads_per_group) {}
+  __host__ __device__ TileScheduler(int m_blocks, int heads, int batch, int heads_per_group)
+      : num_m_blocks(m_blocks), num_heads(heads), num_tiles(m_blocks * heads * batch), group_heads(heads_per_group) {}
 
   __device__ int first() const { return static_cast<int>(blockIdx.x); }
-  __device__ int next(int tile) const { return tile + static_cast<int>(gridDim.x); }
   __device__ bool valid(int tile) const { return tile < num_tiles; }
 
+  // The CTA's tile after `tile`. Dynamic: `counter` is a zeroed int shared by the
+  // grid; every CTA's first tile is its index, the rest come in finishing order.
+  // Without a counter (a launch captured into a CUDA graph) the order is static.
+  __device__ int next(int tile, int* counter) const {
+    if (kDynamic && counter != nullptr) return static_cast<int>(gridDim.x) + atomicAdd(counter, 1);
+    return tile + static_cast<int>(gridDim.x);
+  }
+
   __device__ TileCoord coord(int tile) const {
-    if constexpr (kLongestFirst) {
-      const int tiles_per_group = num_m_blocks * group_heads;
-      const int group = tile / tiles_per_group;
-      const int r = tile % tiles_per_group;
-      const int first = group * group_heads;
-      const int total = num_tiles / num_m_blocks;
-      const int heads_here = total - first < group_heads ? total - first : group_heads;
-      const int bh = first + r % heads_here;
-      return {num_m_blocks - 1 - r / heads_here, bh % num_heads, bh / num_heads};
-    } else {
-      const int rest = tile / num_m_blocks;
-      return {tile % num_m_blocks, rest % num_heads, rest / num_heads};
-    }
+    const int tiles_per_group = num_m_blocks * group_heads;
+    const int group = tile / tiles_per_group;
+    const int r = tile % tiles_per_group;
+    const int first_bh = group * group_heads;
+    const int total = num_tiles / num_m_blocks;
+    const int heads_here = total - first_bh < group_heads ? total - first_bh : group_heads;
+    const int bh = first_bh + r % heads_here;
+    const int m = r / heads_here;
+    return {kCausal ? num_m_blocks - 1 - m : m, bh % num_heads, bh / num_heads};
   }
 };
 

@@ -166,7 +166,7 @@ int bench_command(const std::vector<std::string>& args) {
       BenchRecord r = record_for(s, path);
       const ForwardArgs host_args = forward_args(s, host.pointers());
       Timing t;
-      Status status = gpu ? time_gpu_forward(forward_args(s, device->pointers()), timing, &t)
+      Status status = gpu ? time_gpu_forward(forward_args(s, device->pointers()), config.exec.kernel, timing, &t)
                           : time_cpu_forward(host_args, cpu_options, timing, &t);
       Problem problem;
       if (status.is_ok()) status = validate_forward(host_args, cpu_target(), &problem);

@@ -10,6 +10,7 @@
 #include "device_choice.h"
 #include "device_tensors.h"
 #include "errors.h"
+#include "fa3/kernels.h"
 #include "flags.h"
 #include "format.h"
 #include "host_tensors.h"
@@ -113,9 +114,13 @@ int run_command(const std::vector<std::string>& args) {
   const ForwardArgs host_args = forward_args(shape, host.pointers());
 
   Timing t;
+  std::string kernel;  // the GPU kernel that ran
   if (path.path == Path::kGpu) {
     const DeviceTensors device(host);
-    throw_if_error(time_gpu_forward(forward_args(shape, device.pointers()), timing, &t));
+    std::vector<std::string> kernels;
+    throw_if_error(forward_kernels(forward_args(shape, device.pointers()), &kernels));
+    kernel = config.exec.kernel.empty() ? kernels.front() : config.exec.kernel;
+    throw_if_error(time_gpu_forward(forward_args(shape, device.pointers()), config.exec.kernel, timing, &t));
     device.download_outputs(host);
   } else {
     cpu::Options options;
@@ -132,6 +137,7 @@ int run_command(const std::vector<std::string>& args) {
   std::printf("fa3 run\n");
   report("path", describe(path));
   report("problem", shape.describe());
+  if (!kernel.empty()) report("kernel", kernel);
   report("time", fixed(t.median_ms, 3) + " ms (median of " + std::to_string(t.iters) + ", min " +
                      fixed(t.min_ms, 3) + " ms, after " + std::to_string(timing.warmup) + " warm-up)");
   report("speed", significant(flops / (t.median_ms * 1e-3) / 1e12, 3) + " TFLOP/s (" +

@@ -41,12 +41,20 @@ std::vector<Flag> execution_flags(ExecutionOptions* o) {
        [o](const std::string& v) {
          o->seed = static_cast<std::uint64_t>(parse_int("seed", v, 0, std::numeric_limits<std::int64_t>::max()));
        }},
+      {"kernel", true,
+       [o](const std::string& v) {
+         if (v.empty()) throw UsageError("--kernel needs a kernel name, such as 128x128");
+         o->kernel = v;
+       }},
   };
 }
 
 void check_execution(const ExecutionOptions& o) {
   if (o.dtype == DType::kFloat32 && o.device == DeviceChoice::kGpu) {
     throw UsageError("--dtype fp32 runs on the CPU only (use --device cpu or auto)");
+  }
+  if (!o.kernel.empty() && o.device == DeviceChoice::kCpu) {
+    throw UsageError("--kernel names a GPU kernel; it cannot be used with --device cpu");
   }
 }
 

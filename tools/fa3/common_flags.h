@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "fa3/tensor.h"
@@ -27,6 +28,7 @@ struct ExecutionOptions {
   std::optional<int> iters;   // unset: the path's default
   int threads = 0;            // CPU path; 0: one per hardware thread
   std::uint64_t seed = 0;
+  std::string kernel;  // GPU forward kernel by name; empty: the library's choice
 
   // `defaults` (the path's) with --warmup and --iters applied.
   TimingConfig timing(const TimingConfig& defaults) const;

@@ -2,6 +2,7 @@
 // timed ones (the median shrugs off a stray slow call).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "fa3/attention.h"
@@ -29,7 +30,9 @@ Status time_cpu_forward(const ForwardArgs& args, const cpu::Options& options, co
                         Timing* timing);
 
 // fa3::forward on a stream of its own, timed with CUDA events around each call;
-// `args` must point at device memory. Throws RunError on a CUDA failure.
-Status time_gpu_forward(const ForwardArgs& args, const TimingConfig& config, Timing* timing);
+// `args` must point at device memory; a non-empty `kernel` forces that forward
+// kernel. Throws RunError on a CUDA failure.
+Status time_gpu_forward(const ForwardArgs& args, const std::string& kernel, const TimingConfig& config,
+                        Timing* timing);
 
 }  // namespace fa3::cli

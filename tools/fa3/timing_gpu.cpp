@@ -2,14 +2,17 @@
 #include <vector>
 
 #include "cuda_resources.h"
+#include "fa3/kernels.h"
 #include "timing.h"
 
 namespace fa3::cli {
 
-Status time_gpu_forward(const ForwardArgs& args, const TimingConfig& config, Timing* timing) {
+Status time_gpu_forward(const ForwardArgs& args, const std::string& kernel, const TimingConfig& config,
+                        Timing* timing) {
   CudaStream stream;
+  auto call = [&] { return kernel.empty() ? forward(args, stream.get()) : forward_with_kernel(args, kernel, stream.get()); };
   for (int i = 0; i < config.warmup; ++i) {
-    Status s = forward(args, stream.get());
+    Status s = call();
     if (!s.is_ok()) return s;
   }
   // One event pair per call, read after a single synchronisation: no host round trip
@@ -18,7 +21,7 @@ Status time_gpu_forward(const ForwardArgs& args, const TimingConfig& config, Tim
   std::vector<CudaEvent> stop(static_cast<std::size_t>(config.iters));
   for (int i = 0; i < config.iters; ++i) {
     cuda_check(cudaEventRecord(start[i].get(), stream.get()), "cudaEventRecord");
-    Status s = forward(args, stream.get());
+    Status s = call();
     if (!s.is_ok()) return s;
     cuda_check(cudaEventRecord(stop[i].get(), stream.get()), "cudaEventRecord");
   }

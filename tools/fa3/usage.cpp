@@ -55,6 +55,9 @@ execution:
                      3 on the CPU)
   --warmup N         untimed calls first (default 5 on the GPU, 1 on the CPU)
   --threads N        CPU threads (default 0: one per hardware thread)
+  --kernel NAME      GPU forward kernel, by tile (such as 128x176), instead of
+                     the library's choice; an unknown name is refused with the
+                     list of kernels built for the problem
   --check-rows N     query rows compared with the reference, spread over batch,
                      heads and rows, the last row included (default 16; 0: none)
   --seed N           random seed of the inputs and the sample (default 0)
@@ -91,6 +94,7 @@ options:
   --iters N          timed calls per shape; the median is reported
   --warmup N         untimed calls per shape first
   --threads N        CPU threads (default 0: one per hardware thread)
+  --kernel NAME      GPU forward kernel for every shape, as in `fa3 run`
   --seed N           random seed of the inputs (default 0)
   --json FILE        write the results as a JSON list of records
   --csv FILE         write the results as CSV, one record a line

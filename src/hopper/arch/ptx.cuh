@@ -13,6 +13,25 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// Waits for the mbarrier phase with the given parity to complete. Unlike CUTLASS's
+// wait it is also a compiler memory barrier, so that shared-memory reads of data the
+// arriving thread wrote before its arrival are not hoisted above it.
+__device__ __forceinline__ void mbarrier_wait(const std::uint64_t* bar, std::uint32_t phase) {
+  const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n\t"
+      ".reg .pred P1;\n\t"
+      "FA3_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+      "@!P1 bra FA3_WAIT;\n\t"
+      "}" ::"r"(addr),
+      "r"(phase)
+      : "memory");
+}
+
+// Keeps the compiler from moving memory accesses across this point (no instruction).
+__device__ __forceinline__ void compiler_barrier() { asm volatile("" ::: "memory"); }
+
 // Named barriers: `sync` blocks until `count` threads have arrived at `id` (the
 // calling warps included); `arrive` counts the calling warps without waiting.
 // count must be a multiple of 32; ids 1..15 (0 is __syncthreads).

@@ -159,6 +159,23 @@ TEST(GpuForwardRejection, BrokenShapeLeavesOutputsUntouched) {
   EXPECT_TRUE(valid.out().equals(out_before));
 }
 
+// The kernel-choice entries validate exactly as fa3::forward does.
+TEST(GpuForwardRejection, KernelChoiceEntriesRejectLikeForward) {
+  ValidArgs valid(gpu_buildable_shape());
+  ForwardArgs a = valid.forward();
+  valid.out().fill_nan_pattern();
+  const auto out_before = valid.out().snapshot();
+  expect_gpu_rejects_host_memory(forward_with_kernel(a, "128x128", nullptr));
+  std::vector<std::string> names;
+  expect_gpu_rejects_host_memory(forward_kernels(a, &names));
+  EXPECT_TRUE(valid.out().equals(out_before));
+
+  resize_dim(a.out, 1, 63);
+  const Status s = forward_kernels(a, &names);
+  EXPECT_FALSE(s.is_ok());
+  if (!gpu_target().dtypes.empty()) expect_status(s, StatusCode::kInvalidArgument, "out: shape (2, 63, ");
+}
+
 TEST(GpuBackwardRejection, HostPointersLeaveGradientsUntouched) {
   ValidArgs valid(gpu_buildable_shape());
   BackwardArgs a = valid.backward();

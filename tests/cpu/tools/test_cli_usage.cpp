@@ -49,6 +49,9 @@ std::vector<BadArgs> bad_args() {
       {"bench_missing_json", "bench --json", "--json needs a value"},
       {"bench_empty_csv", "bench --csv=", "--csv needs a file name"},
       {"bench_fp32_on_gpu", "bench --device gpu --dtype fp32", "--dtype fp32 runs on the CPU only"},
+      {"kernel_empty", "run --kernel=", "--kernel needs a kernel name"},
+      {"kernel_on_cpu", "run --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
+      {"bench_kernel_on_cpu", "bench --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
   };
 }
 

@@ -196,7 +196,15 @@ std::string AccuracyReport::summary() const {
   return s.str();
 }
 
-AccuracyReport check_forward(const ForwardArgs& args) {
+std::vector<std::string> kernels_for(const ForwardArgs& args) {
+  std::vector<std::string> names;
+  const Status st = forward_kernels(args, &names);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_FALSE(names.empty());
+  return names;
+}
+
+AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel) {
   AccuracyReport r;
   Problem p;
   const Status valid = validate_forward(args, gpu_target(), &p);
@@ -205,8 +213,8 @@ AccuracyReport check_forward(const ForwardArgs& args) {
 
   fill_nan(args.out.data, args.out.dtype, span_elements(args.out));
   if (args.lse.data != nullptr) fill_nan(args.lse.data, DType::kFloat32, args.lse.numel());
-  const Status st = forward(args, nullptr);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  const Status st = kernel.empty() ? forward(args, nullptr) : forward_with_kernel(args, kernel, nullptr);
+  EXPECT_TRUE(st.is_ok()) << kernel << ": " << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   const std::size_t n_out = static_cast<std::size_t>(args.out.numel());

@@ -12,6 +12,7 @@
 #include "api/problem.h"
 #include "fa3/attention.h"
 #include "fa3/device.h"
+#include "fa3/kernels.h"
 
 namespace fa3::test {
 
@@ -78,9 +79,13 @@ struct AccuracyReport {
   std::string summary() const;
 };
 
-// Poisons args.out / args.lse with NaN, runs fa3::forward (which must succeed), runs
-// the CUDA reference in fp32 and in the inputs' precision, and compares.
-AccuracyReport check_forward(const ForwardArgs& args);
+// Poisons args.out / args.lse with NaN, runs fa3::forward (or the forward kernel
+// named `kernel`; either must succeed), runs the CUDA reference in fp32 and in the
+// inputs' precision, and compares.
+AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel = "");
+
+// The forward kernels built for args' dtype, head dim and mask (fa3::forward_kernels).
+std::vector<std::string> kernels_for(const ForwardArgs& args);
 
 // The forward accuracy rule: max|out-ref| <= 2 max|low-ref| + 1e-5 and an absolute
 // cap (bf16 2e-2, fp16 4e-3); NaN never passes.

@@ -3,6 +3,7 @@
 // determinism, races, 64-bit offsets, rejected pointers).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -77,8 +78,11 @@ TEST_P(FwdAccuracy, MatchesReferenceOverShapeList) {
     SCOPED_TRACE(testing::Message() << "batch " << s.batch << " sq " << s.seqlen_q << " sk " << s.seqlen_k
                                     << " heads " << s.nheads_q << ":" << s.nheads_kv);
     Inputs in = make_inputs(dtype, s, d, causal, seed += 17);
-    const AccuracyReport r = check_forward(in.args);
-    EXPECT_TRUE(forward_accurate(r, dtype));
+    // Every kernel built for the problem, not only the one forward() picks for it.
+    for (const std::string& kernel : kernels_for(in.args)) {
+      const AccuracyReport r = check_forward(in.args, kernel);
+      EXPECT_TRUE(forward_accurate(r, dtype)) << "kernel " << kernel;
+    }
   }
 }
 
@@ -121,26 +125,29 @@ TEST(FwdGuards, PaddingAndMarginsNeverReadOrWritten) {
                                     row_bytes, row_bytes, static_cast<std::size_t>(rows), cudaMemcpyDeviceToDevice));
       }
     }
-    const AccuracyReport r = check_forward(padded.args);
-    EXPECT_TRUE(forward_accurate(r, first_dtype()));
-    ASSERT_TRUE(forward(dense.args, nullptr).is_ok());
-    FA3_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(dense_host(dense.args.out), dense_host(padded.args.out)) << "padding changed the result";
+    for (const std::string& kernel : kernels_for(padded.args)) {
+      SCOPED_TRACE("kernel " + kernel);
+      const AccuracyReport r = check_forward(padded.args, kernel);
+      EXPECT_TRUE(forward_accurate(r, first_dtype()));
+      ASSERT_TRUE(forward_with_kernel(dense.args, kernel, nullptr).is_ok());
+      FA3_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(dense_host(dense.args.out), dense_host(padded.args.out)) << "padding changed the result";
 
-    // Every padding element and the margin of out and lse still hold NaN.
-    const std::vector<float> all_out = [&] {
-      TensorView flat = TensorView::contiguous(padded.out.buffer.get(), first_dtype(), {padded.out.total_elements});
-      return dense_host(flat);
-    }();
-    std::int64_t touched = 0;
-    const TensorView& o = padded.args.out;
-    for (std::int64_t i = 0; i < padded.out.total_elements; ++i) {
-      const std::int64_t b = i / o.stride[0], r0 = (i % o.stride[0]) / o.stride[1];
-      const std::int64_t h = (i % o.stride[1]) / o.stride[2], e = i % o.stride[2];
-      const bool inside = b < o.shape[0] && r0 < o.shape[1] && h < o.shape[2] && e < o.shape[3];
-      if (!inside && !std::isnan(all_out[static_cast<std::size_t>(i)])) ++touched;
+      // Every padding element and the margin of out and lse still hold NaN.
+      const std::vector<float> all_out = [&] {
+        TensorView flat = TensorView::contiguous(padded.out.buffer.get(), first_dtype(), {padded.out.total_elements});
+        return dense_host(flat);
+      }();
+      std::int64_t touched = 0;
+      const TensorView& o = padded.args.out;
+      for (std::int64_t i = 0; i < padded.out.total_elements; ++i) {
+        const std::int64_t b = i / o.stride[0], r0 = (i % o.stride[0]) / o.stride[1];
+        const std::int64_t h = (i % o.stride[1]) / o.stride[2], e = i % o.stride[2];
+        const bool inside = b < o.shape[0] && r0 < o.shape[1] && h < o.shape[2] && e < o.shape[3];
+        if (!inside && !std::isnan(all_out[static_cast<std::size_t>(i)])) ++touched;
+      }
+      EXPECT_EQ(touched, 0) << "elements outside out's view were written";
     }
-    EXPECT_EQ(touched, 0) << "elements outside out's view were written";
   }
 }
 
@@ -197,6 +204,41 @@ TEST(FwdGuards, HostPointersRejectedAndOutputUntouched) {
   EXPECT_NE(st.message().find("q: pointer is"), std::string::npos) << st.message();
   FA3_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(bytes_of(in.out), before);
+}
+
+// forward() runs the first kernel forward_kernels names; an unknown name is refused
+// with the list of built ones, before anything is written.
+TEST(FwdKernelChoice, DefaultIsFirstListedAndUnknownNamesRejected) {
+  FA3_REQUIRE_HOPPER();
+  for (bool causal : {false, true}) {
+    Inputs in = make_inputs(first_dtype(), {2, 300, 300, 4, 4}, mid_head_dim(), causal, 77);
+    const std::vector<std::string> names = kernels_for(in.args);
+    ASSERT_FALSE(names.empty());
+    ASSERT_TRUE(forward(in.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> by_default = dense_host(in.args.out);
+    ASSERT_TRUE(forward_with_kernel(in.args, names.front(), nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(dense_host(in.args.out), by_default);
+
+    fill_nan(in.args.out.data, in.args.out.dtype, span_elements(in.args.out));
+    const Status st = forward_with_kernel(in.args, "7x7", nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("no forward kernel '7x7'"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(names.front()), std::string::npos) << st.message();
+    for (float x : dense_host(in.args.out)) ASSERT_TRUE(std::isnan(x));
+  }
+}
+
+// The tile choice follows the shape where more than one tile is built.
+TEST(FwdKernelChoice, ShortCausalHeadDim64PrefersSmallerTiles) {
+  FA3_REQUIRE_HOPPER();
+  const auto& dims = build_info().head_dims;
+  if (std::find(dims.begin(), dims.end(), 64) == dims.end()) GTEST_SKIP() << "head dim 64 not built";
+  Inputs short_rows = make_inputs(first_dtype(), {1, 512, 512, 2, 2}, 64, true, 5);
+  Inputs long_rows = make_inputs(first_dtype(), {1, 4096, 4096, 2, 2}, 64, true, 6);
+  EXPECT_EQ(kernels_for(short_rows.args).front(), "128x128");
+  EXPECT_EQ(kernels_for(long_rows.args).front(), "192x128");
 }
 
 TEST(FwdGuards, UnsupportedHeadDimRejected) {
