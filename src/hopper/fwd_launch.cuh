@@ -18,6 +18,7 @@
 #include "hopper/fwd_traits.cuh"
 #include "hopper/mask.cuh"
 #include "hopper/tile_counter.h"
+#include "hopper/tile_scheduler.cuh"
 
 namespace fa3::hopper {
 
@@ -35,19 +36,6 @@ inline Status cuda_status(cudaError_t err, const char* what) {
 }
 
 }  // namespace detail
-
-// Causal tile order: how many consecutive (batch, head) pairs to interleave so that
-// their K/V (read by every query block of the head) fit in about half of the 50 MB
-// L2 together. Query heads of one GQA group share K/V and count once. A group spans
-// at least the grid, so that one round of tiles never reaches past the next group.
-inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes, int num_m_blocks) {
-  constexpr double kL2Budget = 24.0 * 1024 * 1024;
-  const double kv_bytes = 2.0 * p.seqlen_k * p.head_dim * static_cast<double>(element_bytes);
-  const int per_kv = p.nheads_q / p.nheads_kv;
-  const int fit = std::max(1, static_cast<int>(kL2Budget / kv_bytes)) * per_kv;
-  const int cover = (std::max(p.num_sms, 1) + num_m_blocks - 1) / num_m_blocks;
-  return static_cast<int>(std::min<std::int64_t>(std::max(fit, cover), static_cast<std::int64_t>(p.nheads_q) * p.batch));
-}
 
 template <class Element, int kHeadDim, class Mask, FwdTile kTile>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {

@@ -14,6 +14,12 @@
 // lengths even out across CTAs and the running tiles stay within one or two groups.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "hopper/fwd_params.h"
+
 namespace fa3::hopper {
 
 struct TileCoord {
@@ -34,7 +40,7 @@ struct TileScheduler {
       : num_m_blocks(m_blocks), num_heads(heads), num_tiles(m_blocks * heads * batch), group_heads(heads_per_group) {}
 
   __device__ int first() const { return static_cast<int>(blockIdx.x); }
-  __device__ bool valid(int tile) const { return tile < num_tiles; }
+  __host__ __device__ bool valid(int tile) const { return tile < num_tiles; }
 
   // The CTA's tile after `tile`. Dynamic: `counter` is a zeroed int shared by the
   // grid; every CTA's first tile is its index, the rest come in finishing order.
@@ -44,7 +50,7 @@ struct TileScheduler {
     return tile + static_cast<int>(gridDim.x);
   }
 
-  __device__ TileCoord coord(int tile) const {
+  __host__ __device__ TileCoord coord(int tile) const {
     const int tiles_per_group = num_m_blocks * group_heads;
     const int group = tile / tiles_per_group;
     const int r = tile % tiles_per_group;
@@ -56,5 +62,18 @@ struct TileScheduler {
     return {kCausal ? num_m_blocks - 1 - m : m, bh % num_heads, bh / num_heads};
   }
 };
+
+// Causal tile order: how many consecutive (batch, head) pairs to interleave so that
+// their K/V (read by every query block of the head) fit in about half of the 50 MB
+// L2 together. Query heads of one GQA group share K/V and count once. A group spans
+// at least the grid, so that one round of tiles never reaches past the next group.
+inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes, int num_m_blocks) {
+  constexpr double kL2Budget = 24.0 * 1024 * 1024;
+  const double kv_bytes = 2.0 * p.seqlen_k * p.head_dim * static_cast<double>(element_bytes);
+  const int per_kv = p.nheads_q / p.nheads_kv;
+  const int fit = std::max(1, static_cast<int>(kL2Budget / kv_bytes)) * per_kv;
+  const int cover = (std::max(p.num_sms, 1) + num_m_blocks - 1) / num_m_blocks;
+  return static_cast<int>(std::min<std::int64_t>(std::max(fit, cover), static_cast<std::int64_t>(p.nheads_q) * p.batch));
+}
 
 }  // namespace fa3::hopper

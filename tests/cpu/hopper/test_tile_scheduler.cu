@@ -1,0 +1,122 @@
+// The persistent tile order (hopper/tile_scheduler.cuh), checked on the host: every
+// (query block, head, batch) tile exactly once, causal groups longest first, and the
+// L2 head-group sizes. A tile missed or run twice would be a wrong or racy output
+// that only some shapes show, so the shapes below include uneven groups.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "hopper/tile_scheduler.cuh"
+
+namespace fa3::hopper {
+namespace {
+
+struct Case {
+  int m_blocks, heads, batch, group;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int m : {1, 2, 7, 16})
+    for (int h : {1, 3, 8})
+      for (int b : {1, 2, 5})
+        for (int g : {1, 2, 3, 8, 64}) out.push_back({m, h, b, g});
+  return out;
+}
+
+template <bool kCausal>
+void expect_each_tile_once(const Case& c) {
+  const TileScheduler<kCausal> s(c.m_blocks, c.heads, c.batch, c.group);
+  ASSERT_EQ(s.num_tiles, c.m_blocks * c.heads * c.batch);
+  std::set<std::tuple<int, int, int>> seen;
+  for (int t = 0; s.valid(t); ++t) {
+    const TileCoord tc = s.coord(t);
+    ASSERT_GE(tc.m_block, 0);
+    ASSERT_LT(tc.m_block, c.m_blocks);
+    ASSERT_GE(tc.head, 0);
+    ASSERT_LT(tc.head, c.heads);
+    ASSERT_GE(tc.batch, 0);
+    ASSERT_LT(tc.batch, c.batch);
+    EXPECT_TRUE(seen.insert({tc.m_block, tc.head, tc.batch}).second)
+        << "tile " << t << " repeats (" << tc.m_block << ", " << tc.head << ", " << tc.batch << ")";
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), s.num_tiles);
+  EXPECT_FALSE(s.valid(s.num_tiles));
+}
+
+TEST(TileScheduler, EveryTileExactlyOnce) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(testing::Message() << "m_blocks " << c.m_blocks << " heads " << c.heads << " batch " << c.batch
+                                    << " group " << c.group);
+    expect_each_tile_once<false>(c);
+    expect_each_tile_once<true>(c);
+  }
+}
+
+// Causal: inside a group the query block never grows, so longer tiles come first;
+// groups follow one another in (batch, head) order.
+TEST(TileScheduler, CausalGroupsGoLongestFirst) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(testing::Message() << "m_blocks " << c.m_blocks << " heads " << c.heads << " batch " << c.batch
+                                    << " group " << c.group);
+    const TileScheduler<true> s(c.m_blocks, c.heads, c.batch, c.group);
+    const int per_group = c.m_blocks * c.group;
+    for (int t = 1; s.valid(t); ++t) {
+      const TileCoord prev = s.coord(t - 1), cur = s.coord(t);
+      const int prev_bh = prev.batch * c.heads + prev.head, cur_bh = cur.batch * c.heads + cur.head;
+      if (t % per_group == 0) {
+        EXPECT_EQ(cur.m_block, c.m_blocks - 1) << "a group starts with its longest tiles";
+        EXPECT_GT(cur_bh, prev_bh) << "groups follow (batch, head) order";
+      } else {
+        EXPECT_LE(cur.m_block, prev.m_block) << "tile " << t;
+        EXPECT_EQ(cur_bh / c.group, prev_bh / c.group) << "tile " << t << " left its group";
+      }
+    }
+  }
+}
+
+// Non-causal with one head per group: query blocks fastest, then heads, then batch.
+TEST(TileScheduler, NonCausalWalksQueryBlocksFastest) {
+  const TileScheduler<false> s(5, 3, 2, 1);
+  int t = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 3; ++h)
+      for (int m = 0; m < 5; ++m, ++t) {
+        const TileCoord tc = s.coord(t);
+        EXPECT_EQ(std::make_tuple(tc.m_block, tc.head, tc.batch), std::make_tuple(m, h, b)) << "tile " << t;
+      }
+}
+
+FwdParams params(int seqlen, int head_dim, int heads_q, int heads_kv, int batch, int sms = 132) {
+  FwdParams p;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.head_dim = head_dim;
+  p.nheads_q = heads_q;
+  p.nheads_kv = heads_kv;
+  p.batch = batch;
+  p.num_sms = sms;
+  return p;
+}
+
+// K/V of a group fit in 24 MB (bf16: 4 * seqlen * head_dim bytes per KV head), GQA
+// query heads of one KV head count once, a group spans at least the grid, and a group
+// never exceeds the problem.
+TEST(TileScheduler, CausalHeadGroupSizes) {
+  // hdim 128, 16k: 8 MB per head -> 3 heads; 128 query blocks already cover 132 SMs with 2.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 16, 1), 2, 128), 3);
+  // hdim 256, 16k: 16 MB per head -> 1 fits, but 128 query blocks need 2 heads to fill 132 SMs.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 256, 8, 8, 1), 2, 128), 2);
+  // GQA 4:1 at 16k hdim 128: 3 KV heads fit, i.e. 12 query heads.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 4, 1), 2, 128), 12);
+  // Short rows: 128 KB per head, 192 heads fit in 24 MB, of 256 (32 heads x 8 batch).
+  EXPECT_EQ(causal_heads_per_group(params(512, 64, 32, 32, 8), 2, 3), 192);
+  // ... and a group never exceeds the problem: 8 x 4 = 32 heads.
+  EXPECT_EQ(causal_heads_per_group(params(512, 64, 8, 8, 4), 2, 3), 32);
+  // 4 query blocks per head on 132 SMs: at least 33 heads per group.
+  EXPECT_EQ(causal_heads_per_group(params(65536, 128, 64, 64, 1), 2, 4), 33);
+}
+
+}  // namespace
+}  // namespace fa3::hopper
