@@ -15,9 +15,11 @@
 
 namespace fa3 {
 
-// Names ("MxN": query rows x keys per block) of the forward kernels built for args'
-// dtype, head dim and mask, the one fa3::forward would run first. Validates `args` as
-// fa3::forward does but reads no tensor data and needs no GPU.
+// Names of the forward kernels built for args' dtype, head dim and mask, the one
+// fa3::forward would run first: "MxN" (query rows x keys per block), with what the
+// build forced appended: "-o" + O's path out (s: own shared buffer, q: Q's buffer,
+// r: registers), "-kv" + the K/V ring depth, "-q" + the Q buffers. Validates `args`
+// as fa3::forward does but reads no tensor data and needs no GPU.
 Status forward_kernels(const ForwardArgs& args, std::vector<std::string>* names);
 
 // fa3::forward with the kernel named `kernel` (one of forward_kernels').

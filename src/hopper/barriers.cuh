@@ -6,17 +6,16 @@
 
 namespace fa3::hopper {
 
-enum class NamedBarrier : int {
-  kQueryEmpty = 1,      // consumers -> producer: Q's buffer may be overwritten
-  kWarpScheduler0 = 2,  // consumer warpgroup w may issue its GEMMs: kWarpScheduler0 + w
-  kWarpScheduler1 = 3,
-  kWarpScheduler2 = 4,
-  kEpilogue0 = 5,       // inside consumer warpgroup w: its O rows in shared memory are complete / free
-  kEpilogue1 = 6,
-  kEpilogue2 = 7,
-  kQueryRead0 = 8,      // O written through Q's buffer: the other warpgroups are done reading Q
-  kQueryRead1 = 9,
-  kQueryRead2 = 10,
+enum class NamedBarrier : int {  // id 0 is __syncthreads'
+  kWarpScheduler0 = 1,  // consumer warpgroup w may issue its GEMMs: kWarpScheduler0 + w
+  kWarpScheduler1 = 2,
+  kWarpScheduler2 = 3,
+  kEpilogue0 = 4,       // inside consumer warpgroup w: its O rows in shared memory are complete / free
+  kEpilogue1 = 5,
+  kEpilogue2 = 6,
+  kQueryRead0 = 7,      // O written through Q's buffer: the other warpgroups are done reading Q
+  kQueryRead1 = 8,
+  kQueryRead2 = 9,
 };
 
 __device__ __forceinline__ void barrier_sync(NamedBarrier id, int count) {

@@ -3,27 +3,42 @@
 // below; which tiles are compiled is the build's choice (src/CMakeLists.txt) and
 // which one runs is the dispatcher's (fwd_dispatch.cpp).
 //
-// Shared memory per CTA (bf16/fp16): Q block_m*d*2, K and V stages*block_n*d*2 each,
-// O block_m*d*2 unless it reuses Q's buffer. The Hopper limit is 227 KB.
+// Shared memory per CTA (bf16/fp16): Q q_stages*block_m*d*2, K and V
+// stages*block_n*d*2 each, and O block_m*d*2 when it has a buffer of its own. The
+// Hopper limit is 227 KB.
 #pragma once
 
 namespace fa3::hopper {
 
-// The CTA tile: query rows (64 per consumer warpgroup) by keys per K/V block.
+// How the epilogue gets O to global memory.
+enum class OStore {
+  kAuto,       // kOwnBuffer when it fits in shared memory, else kQBuffer
+  kOwnBuffer,  // stmatrix into a buffer of O's own, then a TMA store
+  kQBuffer,    // the same through Q's buffer: the next Q waits for the store
+  kRegisters,  // 16-byte global stores straight from registers (no shared memory)
+};
+
+// The CTA tile: query rows (64 per consumer warpgroup) by keys per K/V block, the
+// epilogue's path for O, the K/V ring depth and the number of Q buffers (0: chosen by
+// fwd_config).
 struct FwdTile {
   int block_m;
   int block_n;
+  OStore o_store = OStore::kAuto;
+  int stages = 0;
+  int q_stages = 0;
 };
 
 struct FwdConfig {
   int block_m;             // query rows per CTA tile (64 per consumer warpgroup)
   int block_n;             // keys per K/V block
   int stages;              // K/V shared-memory ring depth
+  int q_stages;            // Q buffers: 2 loads the next tile's Q while this one runs
   int consumer_wgs;        // consumer warpgroups (block_m / 64)
   int producer_regs;       // setmaxnreg for the producer warpgroup
   int consumer_regs;       // setmaxnreg for each consumer warpgroup
   bool pingpong;           // order consumer warpgroups' GEMMs with named barriers
-  bool o_aliases_q;        // write O through Q's shared buffer (when O would not fit)
+  OStore o_store;          // never kAuto
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   // Registers per thread at launch: the register file split evenly, in units of 8.
@@ -39,21 +54,35 @@ inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.
 inline constexpr int kSmemReserveBytes = 2048;
 
-constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, bool o_aliases_q) {
+constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stages, bool o_buffer) {
   const int q = tile.block_m * head_dim * 2;
   const int kv = 2 * stages * tile.block_n * head_dim * 2;
-  return q + kv + (o_aliases_q ? 0 : q) + kSmemReserveBytes;
+  return q_stages * q + kv + (o_buffer ? q : 0) + kSmemReserveBytes;
 }
 
 // Register budgets, each a multiple of 8 in [24, 256] with registers_fit(): two
 // consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240; three at
 // 128 per thread = 32 + 3 * 160. O gets its own buffer whenever it fits, so that Q's
-// can be refilled for the next tile while this one finishes.
+// can be refilled for the next tile while this one finishes; otherwise it goes through
+// Q's buffer (measured ahead of kRegisters on long rows, docs/perf-log.md). A second
+// Q buffer, where it fits, has the next tile's Q in shared memory before this tile
+// ends; with one, the consumers wait for it at every tile start. O in Q's buffer
+// needs Q's single buffer.
 constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const int wgs = tile.block_m / 64;
-  const int stages = 2;
-  const bool alias = fwd_smem_bytes(head_dim, tile, stages, false) > kSmemLimitBytes;
-  return FwdConfig{tile.block_m, tile.block_n, stages, wgs, wgs == 2 ? 24 : 32, wgs == 2 ? 240 : 160, true, alias};
+  const int stages = tile.stages != 0 ? tile.stages : 2;
+  OStore o_store = tile.o_store;
+  if (o_store == OStore::kAuto) {
+    o_store = fwd_smem_bytes(head_dim, tile, stages, 1, true) <= kSmemLimitBytes ? OStore::kOwnBuffer
+                                                                                 : OStore::kQBuffer;
+  }
+  int q_stages = tile.q_stages;
+  if (q_stages == 0) {
+    const bool fits = fwd_smem_bytes(head_dim, tile, stages, 2, o_store == OStore::kOwnBuffer) <= kSmemLimitBytes;
+    q_stages = o_store != OStore::kQBuffer && fits ? 2 : 1;
+  }
+  return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs,
+                   wgs == 2 ? 24 : 32, wgs == 2 ? 240 : 160, true, o_store};
 }
 
 }  // namespace fa3::hopper

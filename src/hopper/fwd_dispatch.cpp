@@ -7,8 +7,8 @@
 namespace fa3::hopper {
 
 // One launcher per compiled (dtype, head dim, mask, tile), defined in generated files.
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn) \
-  Status fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn(const FwdParams&, cudaStream_t);
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, stages, qstages) \
+  Status fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages(const FwdParams&, cudaStream_t);
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
 
@@ -29,18 +29,37 @@ std::vector<FwdTile> preferred_tiles(const Problem& p) {
   return {};
 }
 
-bool same_tile(FwdTile a, FwdTile b) { return a.block_m == b.block_m && a.block_n == b.block_n; }
+OStore o_store_from_name(const char* name) {
+  const std::string n(name);
+  return n == "own" ? OStore::kOwnBuffer : n == "q" ? OStore::kQBuffer : n == "regs" ? OStore::kRegisters : OStore::kAuto;
+}
+
+bool same_tile(FwdTile a, FwdTile b) {
+  return a.block_m == b.block_m && a.block_n == b.block_n && a.o_store == b.o_store && a.stages == b.stages &&
+         a.q_stages == b.q_stages;
+}
 
 }  // namespace
 
 std::string FwdKernelEntry::name() const {
-  return std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n);
+  // What the build's tile list forced is part of the name, in the list's syntax.
+  std::string name = std::to_string(tile.block_m) + "x" + std::to_string(tile.block_n);
+  if (tile.o_store != OStore::kAuto) {
+    name += tile.o_store == OStore::kOwnBuffer ? "-os" : tile.o_store == OStore::kQBuffer ? "-oq" : "-or";
+  }
+  if (tile.stages != 0) name += "-kv" + std::to_string(tile.stages);
+  if (tile.q_stages != 0) name += "-q" + std::to_string(tile.q_stages);
+  return name;
 }
 
 const std::vector<FwdKernelEntry>& fwd_kernels() {
   static const std::vector<FwdKernelEntry> kernels = {
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn) \
-  {dtype_from_name(#dtype), hdim, std::string(#mask) == "causal", {bm, bn}, &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn},
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, stages, qstages)                      \
+  {dtype_from_name(#dtype),                                                                       \
+   hdim,                                                                                          \
+   std::string(#mask) == "causal",                                                                \
+   {bm, bn, o_store_from_name(#ostore), stages, qstages},                                         \
+   &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages},
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
   };

@@ -21,7 +21,9 @@ struct FwdKernelEntry {
   FwdTile tile;
   Status (*launch)(const FwdParams&, cudaStream_t);
 
-  std::string name() const;  // the tile, "MxN": unique among kernels of one problem kind
+  // The tile, "MxN", with the suffixes of the build's tile list ("-or", "-kv3", "-q1"
+  // ...) when it forced a choice: unique among the kernels of one problem kind.
+  std::string name() const;
 };
 
 const std::vector<FwdKernelEntry>& fwd_kernels();

@@ -3,15 +3,16 @@
 //
 // Warpgroup 0 is the producer (one warp picks tiles and issues every TMA load; it
 // keeps few registers); warpgroups 1.. are consumers, each owning 64 query rows of
-// the tile. Handshakes:
-//   K, V   : TmaPipeline rings (full: TMA bytes landed; empty: every consumer warp done)
-//   Q      : q_full mbarrier, one phase per tile. The producer writes the tile's index
-//            to shared memory before arming it, so its completion also tells the
-//            consumers which tile to run; an index past the last tile (armed with no
-//            load) tells them to stop.
-//   Q free : the QueryEmpty named barrier. Consumers arrive once per tile when Q's
-//            buffer (and O's, if shared) may be overwritten; the producer syncs on it
-//            before announcing the next tile.
+// the tile. Handshakes, all mbarrier rings (full: TMA bytes landed; empty: every
+// consumer warp done):
+//   K, V : one stage per key block.
+//   Q    : one stage per tile. The producer writes the tile's index into the stage
+//          before arming it, so its completion also tells the consumers which tile
+//          to run; an index past the last tile (armed with no load) tells them to
+//          stop. A stage is freed once the consumers' last Q·Kᵀ of the tile has
+//          completed, or, when O is written through Q's buffer, once O's store has
+//          read it. With two stages the producer announces each tile while the
+//          previous one runs, so its Q is there when the consumers get to it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -34,10 +35,10 @@ struct FwdKernel {
   using Mask = Mask_;
   using SharedStorage = typename Traits::SharedStorage;
   using Pipeline = typename Traits::Pipeline;
+  using QPipeline = typename Traits::QPipeline;
   using Scheduler = TileScheduler<Mask::kCausal>;
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
-  static constexpr int kQueryEmptyCount = 32 + kConsumerThreads;  // producer warp + consumers
 
   struct Params {
     typename Traits::TmaQ tma_q;
@@ -56,13 +57,14 @@ struct FwdKernel {
     const int warp_group = warp / 4;
 
     if (threadIdx.x == 0) {
-      cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+      QPipeline::init(smem.q_pipe, kConsumerThreads / 32);
       Pipeline::init(smem.k_pipe, kConsumerThreads / 32);
       Pipeline::init(smem.v_pipe, kConsumerThreads / 32);
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();
 
+    QPipeline q_pipe{&smem.q_pipe};
     Pipeline k_pipe{&smem.k_pipe};
     Pipeline v_pipe{&smem.v_pipe};
     const Scheduler scheduler(params.num_m_blocks, params.p.nheads_q, params.p.batch, params.heads_per_group);
@@ -70,16 +72,17 @@ struct FwdKernel {
 
     if (warp_group == 0) {
       cutlass::arch::warpgroup_reg_dealloc<Traits::kCfg.producer_regs>();
-      if (warp == 0) produce(params, smem, k_pipe, v_pipe, scheduler, mask);
+      if (warp == 0) produce(params, smem, q_pipe, k_pipe, v_pipe, scheduler, mask);
     } else {
       cutlass::arch::warpgroup_reg_alloc<Traits::kCfg.consumer_regs>();
-      consume(params, smem, k_pipe, v_pipe, scheduler, mask, static_cast<int>(threadIdx.x) - 128);
+      consume(params, smem, q_pipe, k_pipe, v_pipe, scheduler, mask, static_cast<int>(threadIdx.x) - 128);
     }
   }
 
  private:
-  __device__ static void produce(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                                 const Scheduler& scheduler, const Mask& mask) {
+  __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
+                                 Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask) {
+    constexpr bool kQAhead = Traits::kQStages > 1;
     const bool leader = cute::elect_one_sync();
     if (leader) {
       cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
@@ -89,23 +92,22 @@ struct FwdKernel {
     }
     FwdProducer<Traits> producer;
     int t = scheduler.first();
-    for (bool first = true;; first = false) {
+    if (kQAhead && leader) producer.announce(params, smem, q_pipe, scheduler, t);
+    for (;;) {
       const bool valid = scheduler.valid(t);
-      const TileCoord tile = scheduler.coord(valid ? t : 0);
-      const int n_end = valid ? mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block) : 0;
-      if (valid && leader) producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, n_end);
-      __syncwarp();
-      if (!first) barrier_sync(NamedBarrier::kQueryEmpty, kQueryEmptyCount);
       int next = 0;
       if (leader) {
-        smem.tile_index = t;
-        arch::compiler_barrier();  // the index is written before q_full is armed
         if (valid) {
-          // Ask for the next tile now; the answer is needed only after this one's loads.
+          // Ask for the next tile first; the answer is needed only after this one's
+          // first K/V loads.
           next = scheduler.next(t, params.tile_counter);
-          producer.load_q_and_rest(params, smem, k_pipe, v_pipe, tile, n_end);
-        } else {
-          cutlass::arch::ClusterBarrier::arrive(&smem.q_full);
+          const TileCoord tile = scheduler.coord(t);
+          const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
+          producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, n_end);
+          producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
+          producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, n_end);
+        } else if (!kQAhead) {
+          producer.announce(params, smem, q_pipe, scheduler, t);  // no more tiles
         }
       }
       if (!valid) break;
@@ -113,33 +115,42 @@ struct FwdKernel {
     }
   }
 
-  __device__ static void consume(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                                 const Scheduler& scheduler, const Mask& mask, int tid) {
+  __device__ static void consume(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
+                                 Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask, int tid) {
     using namespace cute;
     using Epilogue = FwdEpilogue<Traits>;
+    constexpr bool kOInQ = Traits::kCfg.o_store == OStore::kQBuffer;
     FwdConsumer<Traits, Mask> consumer(tid);
     Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::D>{});
     consumer.turn_start();
-    for (std::uint32_t q_phase = 0;; q_phase ^= 1u) {
-      arch::mbarrier_wait(&smem.q_full, q_phase);
-      const int t = smem.tile_index;
+    for (StageState<Traits::kQStages> q_state;; q_state.advance()) {
+      q_pipe.consumer_wait_for_data(q_state);
+      const int t = smem.tile_index[q_state.index];
       if (!scheduler.valid(t)) break;
       const TileCoord tile = scheduler.coord(t);
       const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
       OnlineSoftmax<2> softmax(params.p.softmax_scale_log2);
-      using QueryDone = typename FwdConsumer<Traits, Mask>::QueryDone;
-      const QueryDone q_done = Traits::kCfg.o_aliases_q ? QueryDone::kSignalPeers : QueryDone::kReleaseQ;
-      consumer.mma_tile(smem, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax, q_done);
+      // Once this warpgroup's reads of Q are complete: with O elsewhere, Q's stage may
+      // take the next tile's Q; with O in Q's buffer, the other warpgroups may write O.
+      const auto q_read = [&] {
+        if constexpr (kOInQ) {
+          consumer.signal_query_read();
+        } else {
+          q_pipe.consumer_release(q_state, consumer.lane0);
+        }
+      };
+      consumer.mma_tile(smem, q_state.index, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax, q_read);
 
       auto o = rowcol_view(tOrO);
       float lse[2];
       softmax.finalize(o, params.p.softmax_scale, lse);
       Epilogue::store(params, smem, tid, tile, tOrO, lse);
-      if (Traits::kCfg.o_aliases_q) {
-        // Q's buffer is free once this warpgroup's store has read its rows of O.
+      if constexpr (kOInQ) {
+        // Q's buffer is free once this warpgroup's store has read its rows of O; the
+        // thread that drains the store is lane 0 of the warpgroup's first warp, so its
+        // warp's arrival comes after the drain.
         Epilogue::drain(tid);
-        __syncwarp();
-        barrier_arrive(NamedBarrier::kQueryEmpty, kQueryEmptyCount);
+        q_pipe.consumer_release(q_state, consumer.lane0);
       }
     }
     Epilogue::drain(tid);

@@ -64,8 +64,9 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
 
   const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   typename Kernel::Params params{
-      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.q), qo_shape, q_stride), typename Traits::SmemLayoutQ{},
-                    Shape<typename Traits::BM, typename Traits::D>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.q), qo_shape, q_stride),
+                    take<0, 2>(typename Traits::SmemLayoutQ{}), Shape<typename Traits::BM, typename Traits::D>{},
+                    _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.k), kv_shape, k_stride),
                     take<0, 2>(typename Traits::SmemLayoutK{}), Shape<typename Traits::BN, typename Traits::D>{},
                     _1{}),

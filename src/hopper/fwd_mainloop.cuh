@@ -50,32 +50,59 @@ struct FwdProducer {
   using D = typename Traits::D;
   using SharedStorage = typename Traits::SharedStorage;
   using Pipeline = typename Traits::Pipeline;
+  using QPipeline = typename Traits::QPipeline;
   using State = StageState<Traits::kStages>;
 
   State k_state = Pipeline::producer_start();
   State v_state = Pipeline::producer_start();
+  StageState<Traits::kQStages> q_state = QPipeline::producer_start();
 
-  // A tile's loads come in two parts, one thread issuing each: the first (last-in-
-  // order) K and V blocks, which only need ring stages, then Q, which needs the
-  // consumers to have released Q's buffer, and the remaining blocks. The caller waits
-  // for that release between the two, with the first blocks already in flight.
+  // A tile's K/V loads come in two parts: the first (last-in-order) K and V blocks,
+  // which only need ring stages, then the rest. The caller announces a tile's Q
+  // between the two, so that the first blocks are in flight while it waits for a Q
+  // buffer.
   template <class Params>
   __device__ void load_first_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
                                 TileCoord tile, int n_end) {
     if (n_end <= 0) return;
-    with_tensors(params, smem, tile, [&](auto&, auto&, auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
+    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
       load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n_end - 1);
     });
   }
 
   template <class Params>
-  __device__ void load_q_and_rest(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                                  TileCoord tile, int n_end) {
-    with_tensors(params, smem, tile, [&](auto& tQgQ, auto& tQsQ, auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, Traits::kQBytes);
-      cute::copy(params.tma_q.with(smem.q_full), tQgQ, tQsQ);
+  __device__ void load_rest_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
+                               TileCoord tile, int n_end) {
+    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
       for (int n = n_end - 2; n >= 0; --n) load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n);
     });
+  }
+
+  // Announces tile `t` in the next Q stage once the consumers have freed it: its index,
+  // then its Q load, whose landing completes the stage. Past the last tile the stage
+  // completes with the index alone, which tells the consumers to stop.
+  template <class Params, class Scheduler>
+  __device__ void announce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, const Scheduler& scheduler,
+                           int t) {
+    using namespace cute;
+    q_pipe.producer_wait(q_state);
+    // The index is written after the stage is free and before the arrival publishes it.
+    arch::compiler_barrier();
+    smem.tile_index[q_state.index] = t;
+    arch::compiler_barrier();
+    if (scheduler.valid(t)) {
+      const TileCoord tile = scheduler.coord(t);
+      const FwdParams& p = params.p;
+      Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
+      Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});  // (BM, D, q stages)
+      auto [tQgQ, tQsQ] =
+          tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      copy(params.tma_q.with(*q_pipe.producer_expect(q_state, Traits::kQBytes)), tQgQ, tQsQ(_, q_state.index));
+    } else {
+      q_pipe.producer_commit_empty(q_state);
+    }
+    q_state.advance();
   }
 
  private:
@@ -91,17 +118,13 @@ struct FwdProducer {
     v_state.advance();
   }
 
-  // Calls fn with the TMA-partitioned (global, shared) tensors of Q, K and V for `tile`.
+  // Calls fn with the TMA-partitioned (global, shared) tensors of K and V for `tile`.
   template <class Params, class Fn>
-  __device__ __forceinline__ void with_tensors(const Params& params, SharedStorage& smem, TileCoord tile, Fn&& fn) {
+  __device__ __forceinline__ void with_kv_tensors(const Params& params, SharedStorage& smem, TileCoord tile,
+                                                  Fn&& fn) {
     using namespace cute;
     const FwdParams& p = params.p;
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
-
-    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
-    Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
-    Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
-    auto [tQgQ, tQsQ] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
 
     Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
     Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), Shape<BN, D>{}, make_coord(_, _0{}));  // (BN, D, n)
@@ -113,7 +136,7 @@ struct FwdProducer {
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 
-    fn(tQgQ, tQsQ, tKgK, tKsK, tVgV, tVsV);
+    fn(tKgK, tKsK, tVgV, tVsV);
   }
 };
 
@@ -167,36 +190,29 @@ struct FwdConsumer {
     softmax.template update<kFirst>(s, rescale);
   }
 
-  // What a warpgroup does once its last read of Q in a tile is complete: with its own
-  // O buffer, Q's buffer may be refilled for the next tile at once (QueryEmpty, see
-  // fwd_kernel.cuh); when O is written through Q's buffer, the other warpgroups may
-  // start writing O (QueryRead).
-  enum class QueryDone { kReleaseQ, kNothing, kSignalPeers };
-
-  __device__ __forceinline__ void query_done(QueryDone action) const {
-    if (action == QueryDone::kReleaseQ) {
-      barrier_arrive(NamedBarrier::kQueryEmpty, 32 + Traits::kConsumerThreads);
-    } else if (action == QueryDone::kSignalPeers) {
-      CUTE_UNROLL
-      for (int w = 0; w < kConsumerWGs; ++w) {
-        if (w != wg) barrier_arrive(query_read_barrier(w), Traits::kConsumerThreads);
-      }
+  // When O is written through Q's buffer: tells the other warpgroups that this one's
+  // reads of Q are complete (QueryRead), so that they may write their rows of O.
+  __device__ __forceinline__ void signal_query_read() const {
+    CUTE_UNROLL
+    for (int w = 0; w < kConsumerWGs; ++w) {
+      if (w != wg) barrier_arrive(query_read_barrier(w), Traits::kConsumerThreads);
     }
   }
 
-  // Runs the tile's mainloop, once the tile's Q has landed. On return tOrO holds the
-  // unnormalized output and `softmax` the row statistics (empty rows: O = 0, sum 0);
-  // `q_done` has been carried out as soon as the warpgroup's last Q·Kᵀ completed.
-  template <class TensorO, class Softmax>
-  __device__ void mma_tile(SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask, int m_block,
-                           int n_end, TensorO& tOrO, Softmax& softmax, QueryDone q_done) {
+  // Runs the tile's mainloop, once the tile's Q has landed in Q stage `q_stage`. On
+  // return tOrO holds the unnormalized output and `softmax` the row statistics (empty
+  // rows: O = 0, sum 0); `q_read()` has been called as soon as the warpgroup's last
+  // Q·Kᵀ completed.
+  template <class TensorO, class Softmax, class QueryRead>
+  __device__ void mma_tile(SharedStorage& smem, int q_stage, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask,
+                           int m_block, int n_end, TensorO& tOrO, Softmax& softmax, QueryRead&& q_read) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto thr_qk = mma_qk.get_thread_slice(tid);
     auto thr_pv = mma_pv.get_thread_slice(tid);
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K, q stages) descriptors
     Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
     Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<BM, BN>{}));
@@ -204,7 +220,7 @@ struct FwdConsumer {
 
     clear(tOrO);
     if (n_end <= 0) {
-      query_done(q_done);
+      q_read();
       return;
     }
 
@@ -216,7 +232,7 @@ struct FwdConsumer {
     int n = n_end - 1;
     k_pipe.consumer_wait(k_state);
     turn_wait();
-    gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index), tSrS);
+    gemm_async<true>(mma_qk, tSrQ(_, _, _, q_stage), tSrK(_, _, _, k_state.index), tSrS);
     turn_pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
@@ -227,7 +243,7 @@ struct FwdConsumer {
     for (--n; n >= 0; --n) {
       k_pipe.consumer_wait(k_state);
       turn_wait();
-      gemm_async<true>(mma_qk, tSrQ, tSrK(_, _, _, k_state.index), tSrS);
+      gemm_async<true>(mma_qk, tSrQ(_, _, _, q_stage), tSrK(_, _, _, k_state.index), tSrS);
       v_pipe.consumer_wait(v_state);
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, v_state.index), tOrO);
       turn_pass();
@@ -241,7 +257,7 @@ struct FwdConsumer {
       rescale_rows(o, rescale);
       convert_into(rP, tSrS);
     }
-    query_done(q_done);  // every Q·Kᵀ of the tile has completed
+    q_read();  // every Q·Kᵀ of the tile has completed
 
     v_pipe.consumer_wait(v_state);
     turn_wait();

@@ -39,12 +39,15 @@ struct FwdTraits {
   static constexpr int kBlockM = kCfg.block_m;
   static constexpr int kBlockN = kCfg.block_n;
   static constexpr int kStages = kCfg.stages;
+  static constexpr int kQStages = kCfg.q_stages;
   static constexpr int kConsumerWGs = kCfg.consumer_wgs;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = kCfg.threads();
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
   static_assert(kBlockM == 64 * kConsumerWGs, "each consumer warpgroup owns 64 query rows");
   static_assert(kBlockN % 16 == 0, "block_n is the K extent of the P·V GEMM");
+  static_assert(kQStages == 1 || (kQStages == 2 && kCfg.o_store != OStore::kQBuffer),
+                "O written through Q's buffer needs a single Q buffer");
 
   using BM = cute::Int<kBlockM>;
   using BN = cute::Int<kBlockN>;
@@ -61,7 +64,8 @@ struct FwdTraits {
       AtomLayout{}));
 
   using SmemLayoutQ = decltype(cute::tile_to_shape(
-      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<BM, D>{}));
+      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(),
+      cute::Shape<BM, D, cute::Int<kQStages>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(),
       cute::Shape<BN, D, cute::Int<kStages>>{}));
@@ -88,8 +92,8 @@ struct FwdTraits {
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 GmemShape{}, Stride{}));
 
-  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{}, SmemLayoutQ{},
-                                            cute::Shape<BM, D>{}, cute::_1{}));
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{},
+                                            cute::take<0, 2>(SmemLayoutQ{}), cute::Shape<BM, D>{}, cute::_1{}));
   using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{},
                                             cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BN, D>{}, cute::_1{}));
   using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStrideVt>{},
@@ -101,22 +105,27 @@ struct FwdTraits {
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
 
   using Pipeline = TmaPipeline<kStages>;
+  // Q's buffers: a stage is full when its tile's Q has landed (or, with no load, when
+  // its tile index says there are no more tiles) and empty once every consumer warp's
+  // last read of it is complete.
+  using QPipeline = TmaPipeline<kQStages>;
 
   // 128-byte swizzles repeat every 1024 bytes: each operand starts on such a boundary.
   struct SharedStorage {
     alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
-    alignas(1024) Element o[kCfg.o_aliases_q ? 1 : kConsumerWGs * kOElemsPerWG];
-    alignas(16) std::uint64_t q_full;
-    int tile_index;  // the tile whose Q load q_full's current phase announces
+    alignas(1024) Element o[kCfg.o_store == OStore::kOwnBuffer ? kConsumerWGs * kOElemsPerWG : 1];
+    int tile_index[kQStages];  // the tile whose Q a stage of q_pipe holds
+    typename QPipeline::Storage q_pipe;
     typename Pipeline::Storage k_pipe;
     typename Pipeline::Storage v_pipe;
 
     // Consumer warpgroup wg's 64 rows of O.
-    __device__ Element* o_buffer(int wg) { return (kCfg.o_aliases_q ? q : o) + wg * kOElemsPerWG; }
+    __device__ Element* o_buffer(int wg) { return (kCfg.o_store == OStore::kQBuffer ? q : o) + wg * kOElemsPerWG; }
   };
-  static_assert(kConsumerWGs * kOElemsPerWG == cute::cosize_v<SmemLayoutQ>, "O's rows fill Q's buffer exactly");
+  static_assert(kConsumerWGs * kOElemsPerWG * kQStages == cute::cosize_v<SmemLayoutQ>,
+                "O's rows fill a Q buffer exactly");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
 };

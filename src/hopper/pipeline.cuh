@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "hopper/arch/ptx.cuh"
+
 namespace fa3::hopper {
 
 // Position in a ring of kStages buffers, with the parity of the current lap.
@@ -47,13 +49,33 @@ struct TmaPipeline {
   // Producer (one thread): wait for the stage to be free, then announce the bytes the
   // TMA copies about to be issued will deliver. Returns the barrier they signal.
   __device__ __forceinline__ std::uint64_t* producer_acquire(const StageState<kStages>& st, std::uint32_t bytes) {
+    producer_wait(st);
+    return producer_expect(st, bytes);
+  }
+
+  // producer_acquire in two halves, for a producer that writes to shared memory
+  // between them (the arrival publishes those writes to the consumers).
+  __device__ __forceinline__ void producer_wait(const StageState<kStages>& st) {
     Barrier::wait(&storage->empty[st.index], st.phase);
+  }
+  __device__ __forceinline__ std::uint64_t* producer_expect(const StageState<kStages>& st, std::uint32_t bytes) {
     Barrier::arrive_and_expect_tx(&storage->full[st.index], bytes);
     return &storage->full[st.index];
+  }
+  // Fills the stage with nothing: the consumers' wait completes with no bytes.
+  __device__ __forceinline__ void producer_commit_empty(const StageState<kStages>& st) {
+    Barrier::arrive(&storage->full[st.index]);
   }
 
   __device__ __forceinline__ void consumer_wait(const StageState<kStages>& st) {
     Barrier::wait(&storage->full[st.index], st.phase);
+  }
+
+  // consumer_wait for a stage that also carries data the producer thread wrote to
+  // shared memory before arriving: the wait is a compiler memory barrier too, so that
+  // those reads stay after it.
+  __device__ __forceinline__ void consumer_wait_for_data(const StageState<kStages>& st) {
+    arch::mbarrier_wait(&storage->full[st.index], st.phase);
   }
 
   // One arrival per consumer warp (lane 0), after the warp's reads are complete.

@@ -1,0 +1,89 @@
+// The forward kernel's configuration (hopper/fwd_config.h), checked on the host: every
+// tile the build may compile fits Hopper's shared memory and register file, Q gets a
+// second buffer where it fits, and forced choices are kept. A configuration over the
+// shared-memory limit fails only at launch on a GPU; these catch it on any machine.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "hopper/fwd_config.h"
+
+namespace fa3::hopper {
+namespace {
+
+struct TileCase {
+  int head_dim;
+  FwdTile tile;
+};
+
+// The default tiles of src/CMakeLists.txt and the variants measured in the perf log.
+std::vector<TileCase> tiles() {
+  return {
+      {64, {192, 128}},  {64, {128, 128}},  {96, {128, 128}},   {128, {128, 128}},
+      {128, {128, 176}}, {192, {128, 96}},  {256, {128, 80}},   {256, {128, 64}},
+      {128, {128, 128, OStore::kRegisters, 3}}, {128, {128, 128, OStore::kRegisters, 2, 2}},
+      {64, {192, 128, OStore::kAuto, 3}},       {256, {128, 80, OStore::kRegisters}},
+  };
+}
+
+int smem_bytes(int head_dim, const FwdConfig& c) {
+  return fwd_smem_bytes(head_dim, FwdTile{c.block_m, c.block_n}, c.stages, c.q_stages,
+                        c.o_store == OStore::kOwnBuffer);
+}
+
+TEST(FwdConfig, EveryTileFitsSharedMemoryAndRegisters) {
+  for (const TileCase& t : tiles()) {
+    SCOPED_TRACE("hdim " + std::to_string(t.head_dim) + " " + std::to_string(t.tile.block_m) + "x" +
+                 std::to_string(t.tile.block_n));
+    const FwdConfig c = fwd_config(t.head_dim, t.tile);
+    EXPECT_LE(smem_bytes(t.head_dim, c), kSmemLimitBytes);
+    EXPECT_TRUE(c.registers_fit());
+    EXPECT_EQ(c.consumer_wgs * 64, c.block_m);
+    EXPECT_NE(c.o_store, OStore::kAuto);
+    EXPECT_TRUE(c.q_stages == 1 || c.q_stages == 2);
+    // O written through Q's buffer would be overwritten by the next tile's Q.
+    if (c.o_store == OStore::kQBuffer) EXPECT_EQ(c.q_stages, 1);
+  }
+}
+
+TEST(FwdConfig, SecondQBufferWhereItFits) {
+  // hdim 64-128: O keeps its own buffer and Q gets two (hdim 128: 2*32 + 2*2*32 + 32 KB).
+  for (const TileCase& t : std::vector<TileCase>{{64, {192, 128}}, {64, {128, 128}}, {96, {128, 128}},
+                                                 {128, {128, 128}}}) {
+    const FwdConfig c = fwd_config(t.head_dim, t.tile);
+    EXPECT_EQ(c.o_store, OStore::kOwnBuffer) << t.head_dim;
+    EXPECT_EQ(c.q_stages, 2) << t.head_dim;
+    EXPECT_EQ(c.stages, 2) << t.head_dim;
+  }
+  // hdim 192/256: Q and two K/V stages leave no room for O, which goes through Q's
+  // single buffer.
+  for (const TileCase& t : std::vector<TileCase>{{192, {128, 96}}, {256, {128, 80}}}) {
+    const FwdConfig c = fwd_config(t.head_dim, t.tile);
+    EXPECT_EQ(c.o_store, OStore::kQBuffer) << t.head_dim;
+    EXPECT_EQ(c.q_stages, 1) << t.head_dim;
+  }
+}
+
+TEST(FwdConfig, ForcedChoicesAreKept) {
+  const FwdConfig regs3 = fwd_config(128, {128, 128, OStore::kRegisters, 3});
+  EXPECT_EQ(regs3.o_store, OStore::kRegisters);
+  EXPECT_EQ(regs3.stages, 3);
+  EXPECT_EQ(regs3.q_stages, 1);  // 32 + 3*2*32 KB leaves no room for a second Q
+  const FwdConfig one_q = fwd_config(128, {128, 128, OStore::kAuto, 0, 1});
+  EXPECT_EQ(one_q.o_store, OStore::kOwnBuffer);
+  EXPECT_EQ(one_q.q_stages, 1);
+  const FwdConfig in_q = fwd_config(128, {128, 128, OStore::kQBuffer});
+  EXPECT_EQ(in_q.o_store, OStore::kQBuffer);
+  EXPECT_EQ(in_q.q_stages, 1);
+}
+
+TEST(FwdConfig, SharedMemoryCountsEveryBuffer) {
+  // hdim 128, 128x128: Q 32 KB per buffer, K and V 32 KB per stage each, O 32 KB.
+  constexpr int kKB = 1024;
+  EXPECT_EQ(fwd_smem_bytes(128, {128, 128}, 2, 1, false), 160 * kKB + kSmemReserveBytes);
+  EXPECT_EQ(fwd_smem_bytes(128, {128, 128}, 2, 2, true), 224 * kKB + kSmemReserveBytes);
+  EXPECT_EQ(fwd_smem_bytes(256, {128, 80}, 2, 1, false), 224 * kKB + kSmemReserveBytes);
+}
+
+}  // namespace
+}  // namespace fa3::hopper
