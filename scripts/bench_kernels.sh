@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # Times every forward kernel built for a head dim and mask with `fa3 bench --kernel`,
-# over the ANCHORS.md sequence lengths, and prints one table per kernel: the data for
+# over the ANCHORS.md sequence lengths, and prints one row per kernel: the data for
 # choosing tiles in hopper/fwd_dispatch.cpp. Needs a Hopper GPU and a built tree.
 #
-#   scripts/bench_kernels.sh BUILD_DIR OUT_DIR HDIM:MASK:KERNEL[,KERNEL...] ...
-#       MASK is causal or non-causal; e.g. 128:non-causal:128x176,128x128
+# Single runs of one kernel vary by 5-10 % at short sequences, more than most
+# differences being measured, so the kernels of a spec are run in turns, ROUNDS times
+# (default 3), and each point reports the median with the spread (max - min) in %.
+#
+#   scripts/bench_kernels.sh [--rounds N] BUILD_DIR OUT_DIR HDIM:MASK:KERNEL[,KERNEL...] ...
+#       MASK is causal or non-causal; e.g. 128:non-causal:128x128,128x128-or-kv3-q1
 set -uo pipefail
-[ $# -ge 3 ] || { sed -n '2,7p' "$0"; exit 2; }
+rounds=3
+if [ "${1:-}" = "--rounds" ]; then
+  rounds=$2
+  shift 2
+fi
+[ $# -ge 3 ] || { sed -n '2,11p' "$0"; exit 2; }
 build=$1 out=$2
 shift 2
 mkdir -p "$out"
 for spec in "$@"; do
   IFS=: read -r hdim mask kernels <<<"$spec"
-  for kernel in ${kernels//,/ }; do
-    echo "== hdim $hdim $mask kernel $kernel"
-    "$build/tools/fa3" bench --device gpu --head-dims "$hdim" --"$mask" --kernel "$kernel" \
-      --json "$out/kernels-hdim$hdim-$mask-$kernel.json" | tail -n +2
+  files=()
+  for ((r = 1; r <= rounds; r++)); do
+    for kernel in ${kernels//,/ }; do
+      json="$out/kernels-hdim$hdim-$mask-$kernel-r$r.json"
+      "$build/tools/fa3" bench --device gpu --head-dims "$hdim" --"$mask" --kernel "$kernel" --json "$json" \
+        >/dev/null || { echo "bench_kernels: $kernel failed" >&2; exit 1; }
+      files+=("$kernel=$json")
+    done
   done
+  echo "== hdim $hdim $mask: median TFLOP/s over $rounds rounds (spread %)"
+  python3 "$(dirname "$0")/kernel_medians.py" "${files[@]}"
 done
