@@ -16,7 +16,7 @@ CUDA failures.
 import torch
 
 from . import _checks
-from ._torch_ops import attention_forward
+from . import _torch_ops
 
 
 def flash_attn_func(
@@ -64,7 +64,7 @@ def flash_attn_func(
     _checks.check_qkv(q, k, v)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], k.shape[1])
-    out, softmax_lse = attention_forward(
+    out, softmax_lse = _torch_ops.forward(
         q, k, v, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic)
     )
     return (out, softmax_lse) if return_attn_probs else out
