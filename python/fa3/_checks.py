@@ -19,30 +19,40 @@ _DEVICE_TYPES = ("cuda", "cpu", "meta")
 
 
 def check_qkv(q, k, v):
-    """q (batch, seqlen_q, nheads, headdim); k, v (batch, seqlen_k, nheads_k, headdim)."""
+    """q (batch, seqlen_q, nheads, headdim); k, v (batch, seqlen_k, nheads_k, headdim).
+
+    Runs on every call, so each tensor attribute is read once (each read is a call
+    into torch)."""
+    q_device = q_dtype = None
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
+        shape = t.shape
+        if len(shape) != 4:
             raise ValueError(
-                f"{name}: expected a 4-d tensor (batch, seqlen, nheads, headdim), got shape {tuple(t.shape)}"
+                f"{name}: expected a 4-d tensor (batch, seqlen, nheads, headdim), got shape {tuple(shape)}"
             )
-        if t.device.type not in _DEVICE_TYPES:
+        device = t.device
+        if device.type not in _DEVICE_TYPES:
             raise ValueError(
-                f"{name}: tensors on {t.device} are not supported; fa3 runs on CUDA tensors "
+                f"{name}: tensors on {device} are not supported; fa3 runs on CUDA tensors "
                 "(Hopper GPUs) and on CPU tensors"
             )
-        if t.device != q.device:
-            raise ValueError(f"{name}: is on {t.device} but q is on {q.device}; q, k and v must share a device")
-        if t.dtype not in _DTYPES:
+        dtype = t.dtype
+        if q_device is None:
+            q_device, q_dtype = device, dtype
+        if device != q_device:
+            raise ValueError(f"{name}: is on {device} but q is on {q_device}; q, k and v must share a device")
+        if dtype not in _DTYPES:
             raise ValueError(
-                f"{name}: dtype {t.dtype} is not supported; use torch.bfloat16 or torch.float16 "
+                f"{name}: dtype {dtype} is not supported; use torch.bfloat16 or torch.float16 "
                 "(torch.float32 on CPU tensors)"
             )
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype} does not match q's dtype {q.dtype}")
-        if any(size < 1 for size in t.shape):
-            raise ValueError(f"{name}: every dimension must be at least 1, got shape {tuple(t.shape)}")
+        if dtype != q_dtype:
+            raise ValueError(f"{name}: dtype {dtype} does not match q's dtype {q_dtype}")
+        # Each size against 1 (not min()), so that torch.compile guards no more than that.
+        if shape[0] < 1 or shape[1] < 1 or shape[2] < 1 or shape[3] < 1:
+            raise ValueError(f"{name}: every dimension must be at least 1, got shape {tuple(shape)}")
         if t.stride(-1) != 1:
             raise ValueError(
                 f"{name}: the last dimension (headdim) must be contiguous (stride 1), got strides "

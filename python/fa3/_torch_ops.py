@@ -166,17 +166,21 @@ def _direct_call_allowed(q, k, v):
     plain CPU or CUDA tensors that needs none of them gets the same result without it."""
     if not _FAST_PATH or torch.compiler.is_compiling():
         return False
-    tensors = (q, k, v)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return False
-    if any(type(t) is not torch.Tensor or t.device.type not in ("cuda", "cpu") for t in tensors):
+    # Exactly torch.Tensor: no subclass (FakeTensor included). flash_attn_func has
+    # checked that q, k and v share a device, CUDA, CPU or meta.
+    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
+        return False
+    if q.device.type == "meta":
         return False
     function_modes, dispatch_modes, functorch_stack, profiling = _MODE_PROBES
     return not (function_modes() or dispatch_modes() or functorch_stack() is not None or profiling())
 
 
 def forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    """fa3::fwd's (out, lse): directly when _direct_call_allowed, else through the op."""
+    """fa3::fwd's (out, lse): directly when _direct_call_allowed, else through the op.
+    The arguments are flash_attn_func's, already checked (_checks)."""
     if _direct_call_allowed(q, k, v):
         return _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
     return attention_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic)
