@@ -7,7 +7,7 @@
 namespace fa3::hopper {
 
 // One launcher per compiled (dtype, head dim, mask, tile), defined in generated files.
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, stages, qstages) \
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages) \
   Status fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages(const FwdParams&, cudaStream_t);
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
@@ -29,16 +29,6 @@ std::vector<FwdTile> preferred_tiles(const Problem& p) {
   return {};
 }
 
-OStore o_store_from_name(const char* name) {
-  const std::string n(name);
-  return n == "own" ? OStore::kOwnBuffer : n == "q" ? OStore::kQBuffer : n == "regs" ? OStore::kRegisters : OStore::kAuto;
-}
-
-bool same_tile(FwdTile a, FwdTile b) {
-  return a.block_m == b.block_m && a.block_n == b.block_n && a.o_store == b.o_store && a.stages == b.stages &&
-         a.q_stages == b.q_stages;
-}
-
 }  // namespace
 
 std::string FwdKernelEntry::name() const {
@@ -54,11 +44,11 @@ std::string FwdKernelEntry::name() const {
 
 const std::vector<FwdKernelEntry>& fwd_kernels() {
   static const std::vector<FwdKernelEntry> kernels = {
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, stages, qstages)                      \
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages)         \
   {dtype_from_name(#dtype),                                                                       \
    hdim,                                                                                          \
    std::string(#mask) == "causal",                                                                \
-   {bm, bn, o_store_from_name(#ostore), stages, qstages},                                         \
+   {bm, bn, OStore::ostore_kind, stages, qstages},                                                \
    &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages},
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
@@ -90,7 +80,7 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
   }
   const std::vector<FwdTile> order = preferred_tiles(p);
   auto rank = [&](const FwdKernelEntry* k) {
-    const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) { return same_tile(t, k->tile); });
+    const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) { return t == k->tile; });
     return it - order.begin();
   };
   std::stable_sort(out.begin(), out.end(), [&](auto* a, auto* b) { return rank(a) < rank(b); });
