@@ -104,10 +104,16 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
         compute-sanitizer --tool memcheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $small $c || exit 1
         c=$([ -z "$c" ] && echo --causal || echo "")
       done
+      # Shared-memory hazards depend on the head dim's configuration (one or two Q
+      # buffers, where O is staged), so racecheck covers every head dim and mask.
+      for hd in ${head_dims//;/ }; do
+        for c in "" --causal; do
+          echo "== racecheck hdim $hd $c"
+          compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $small $c || exit 1
+        done
+      done
       echo "== synccheck"
       compute-sanitizer --tool synccheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small --causal || exit 1
-      echo "== racecheck"
-      compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small || exit 1
     } >"$out/sanitizer.log" 2>&1
     result[sanitizer]="$([ $? -eq 0 ] && echo ok || echo FAILED)"
   fi

@@ -125,7 +125,9 @@ struct FwdKernel {
     consumer.turn_start();
     for (StageState<Traits::kQStages> q_state;; q_state.advance()) {
       q_pipe.consumer_wait_for_data(q_state);
-      const int t = smem.tile_index[q_state.index];
+      // Lane 0 reads the index for its warp: a warp frees the stage with lane 0's
+      // arrival, which orders lane 0's own reads before the producer's next write.
+      const int t = __shfl_sync(0xffffffffu, consumer.lane0 ? smem.tile_index[q_state.index] : 0, 0);
       if (!scheduler.valid(t)) break;
       const TileCoord tile = scheduler.coord(t);
       const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
