@@ -70,9 +70,13 @@ struct FwdTraits {
       detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(),
       cute::Shape<BN, D, cute::Int<kStages>>{}));
   // V lands in shared memory already transposed: TMA reads it as (head_dim, seqlen).
+  // The swizzle atoms (64 of head_dim x 8 keys) are laid out keys first, so that each
+  // 64-wide slice of head_dim holds all block_n keys contiguously and TMA fills it with
+  // one box; head_dim first would make every 8 keys a box of their own (1 KB each, 16
+  // TMA instructions per slice at block_n 128).
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDim>(),
-      cute::Shape<D, BN, cute::Int<kStages>>{}));
+      cute::Shape<D, BN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
   // Each consumer warpgroup writes its own 64 rows of O and stores them with its own
   // TMA copy, so that no warpgroup waits for another at the end of a tile.
   using TiledMmaPVRows = decltype(cute::make_tiled_mma(
