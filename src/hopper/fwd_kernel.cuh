@@ -11,7 +11,9 @@
 //          to run; an index past the last tile (armed with no load) tells them to
 //          stop. A stage is freed once the consumers' last Q·Kᵀ of the tile has
 //          completed, or, when O is written through Q's buffer, once O's store has
-//          read it. With two stages the producer announces each tile while the
+//          read it. Every consumer thread reads the index, so every thread arrives
+//          on the stage's empty barrier: an arrival releases only its own thread's
+//          reads. With two stages the producer announces each tile while the
 //          previous one runs, so its Q is there when the consumers get to it.
 #pragma once
 
@@ -57,7 +59,7 @@ struct FwdKernel {
     const int warp_group = warp / 4;
 
     if (threadIdx.x == 0) {
-      QPipeline::init(smem.q_pipe, kConsumerThreads / 32);
+      QPipeline::init(smem.q_pipe, kConsumerThreads);
       Pipeline::init(smem.k_pipe, kConsumerThreads / 32);
       Pipeline::init(smem.v_pipe, kConsumerThreads / 32);
       cutlass::arch::fence_barrier_init();
@@ -125,9 +127,7 @@ struct FwdKernel {
     consumer.turn_start();
     for (StageState<Traits::kQStages> q_state;; q_state.advance()) {
       q_pipe.consumer_wait_for_data(q_state);
-      // Lane 0 reads the index for its warp: a warp frees the stage with lane 0's
-      // arrival, which orders lane 0's own reads before the producer's next write.
-      const int t = __shfl_sync(0xffffffffu, consumer.lane0 ? smem.tile_index[q_state.index] : 0, 0);
+      const int t = smem.tile_index[q_state.index];
       if (!scheduler.valid(t)) break;
       const TileCoord tile = scheduler.coord(t);
       const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
@@ -138,7 +138,7 @@ struct FwdKernel {
         if constexpr (kOInQ) {
           consumer.signal_query_read();
         } else {
-          q_pipe.consumer_release(q_state, consumer.lane0);
+          q_pipe.consumer_release_each(q_state);
         }
       };
       consumer.mma_tile(smem, q_state.index, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax, q_read);
@@ -149,10 +149,9 @@ struct FwdKernel {
       Epilogue::store(params, smem, tid, tile, tOrO, lse);
       if constexpr (kOInQ) {
         // Q's buffer is free once this warpgroup's store has read its rows of O; the
-        // thread that drains the store is lane 0 of the warpgroup's first warp, so its
-        // warp's arrival comes after the drain.
+        // thread that drains the store arrives after the drain.
         Epilogue::drain(tid);
-        q_pipe.consumer_release(q_state, consumer.lane0);
+        q_pipe.consumer_release_each(q_state);
       }
     }
     Epilogue::drain(tid);

@@ -82,6 +82,13 @@ struct TmaPipeline {
   __device__ __forceinline__ void consumer_release(const StageState<kStages>& st, bool lane0) {
     if (lane0) Barrier::arrive(&storage->empty[st.index]);
   }
+
+  // One arrival per consumer thread, for a ring whose empty barrier counts threads:
+  // the stages also carry data that every thread reads with ordinary loads (see
+  // consumer_wait_for_data), and an arrival releases only its own thread's reads.
+  __device__ __forceinline__ void consumer_release_each(const StageState<kStages>& st) {
+    Barrier::arrive(&storage->empty[st.index]);
+  }
 };
 
 }  // namespace fa3::hopper
