@@ -3,8 +3,8 @@
 //
 // Warpgroup 0 is the producer (one warp picks tiles and issues every TMA load; it
 // keeps few registers); warpgroups 1.. are consumers, each owning 64 query rows of
-// the tile. Handshakes, all mbarrier rings (full: TMA bytes landed; empty: every
-// consumer warp done):
+// the tile. Handshakes, all mbarrier rings (full: TMA bytes landed; empty: the
+// consumers done with the stage):
 //   K, V : one stage per key block.
 //   Q    : one stage per tile. The producer writes the tile's index into the stage
 //          before arming it, so its completion also tells the consumers which tile
