@@ -112,6 +112,13 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
           compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $small $c || exit 1
         done
       done
+      # The small case gives each CTA at most two tiles, so a two-stage Q ring never
+      # reuses a stage there; this one gives every CTA at least two and some three.
+      many="--seqlen-q 137 --seqlen-k 211 --batch 12 --nheads 24 --nheads-kv 4 --iters 1 --warmup 0 --check-rows 8"
+      for hd in ${head_dims//;/ }; do
+        echo "== racecheck, several tiles per CTA, hdim $hd"
+        compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $many || exit 1
+      done
       echo "== synccheck"
       compute-sanitizer --tool synccheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small --causal || exit 1
     } >"$out/sanitizer.log" 2>&1

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A/B benchmark of a source change on a Hopper machine. Builds this tree as it is
+# ("new") and a copy with PATCH reversed ("base"), checks one small call of each head
+# dim against the reference, then runs `fa3 bench` for each HDIM:MASK with the two
+# builds in turns, ROUNDS times (default 3), and prints the median TFLOP/s per build
+# with the spread of its runs (scripts/kernel_medians.py). Same-run medians are the
+# comparison to trust: absolute figures move by several percent between machines.
+#
+# PATCH is the change as `git diff BASE_REVISION` made where the repository is; the
+# tree here needs no .git.
+#
+#   scripts/ab_bench.sh [--rounds N] [--dtype bf16] --patch FILE --cutlass INCLUDE_DIR
+#       OUT_DIR HDIM:MASK ...          MASK is causal or non-causal; e.g. 256:causal
+set -uo pipefail
+cd "$(dirname "$0")/.."
+rounds=3 dtype=bf16 patch="" cutlass=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
+    --patch) patch=$2; shift 2 ;;
+    --cutlass) cutlass=$2; shift 2 ;;
+    -*) echo "ab_bench: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+[ -n "$patch" ] && [ -n "$cutlass" ] && [ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }
+out=$1
+shift
+mkdir -p "$out"
+patch=$(realpath "$patch")
+
+head_dims=$(for spec in "$@"; do echo "${spec%%:*}"; done | sort -nu | paste -sd';')
+base_src=$(mktemp -d)/fa3
+mkdir -p "$base_src"
+tar -cf - --exclude='./build*' --exclude=./.git --exclude=./.cutlass --exclude=./.whl . | tar -C "$base_src" -xf -
+(cd "$base_src" && patch -R -p1 -s <"$patch") || { echo "ab_bench: $patch does not reverse-apply" >&2; exit 1; }
+
+configure() {  # configure SRC BUILD
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA3_CUTLASS_INCLUDE="$cutlass" \
+    -DFA3_HEAD_DIMS="$head_dims" -DFA3_DTYPES="$dtype" -DFA3_BUILD_TESTS=OFF -DFA3_BUILD_PYTHON=OFF >/dev/null
+}
+jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+configure "$base_src" "$out/build-base" && configure . "$out/build-new" || exit 1
+cmake --build "$out/build-base" -j "$jobs" --target fa3_cli >"$out/build-base.log" 2>&1 &
+cmake --build "$out/build-new" -j "$jobs" --target fa3_cli >"$out/build-new.log" 2>&1
+new_rc=$?
+wait $!
+base_rc=$?
+[ $new_rc -eq 0 ] && [ $base_rc -eq 0 ] || { echo "ab_bench: build failed (logs in $out)" >&2; exit 1; }
+
+for build in base new; do
+  for hd in ${head_dims//;/ }; do
+    for c in "" --causal; do
+      timeout 60 "$out/build-$build/tools/fa3" run --device gpu --dtype "$dtype" --head-dim "$hd" $c --batch 2 --seqlen 1000 \
+        --check-rows 64 >"$out/check.log" 2>&1 || { cat "$out/check.log"; echo "ab_bench: $build hdim $hd $c failed" >&2; exit 1; }
+    done
+  done
+done
+
+for spec in "$@"; do
+  IFS=: read -r hd mask <<<"$spec"
+  files=()
+  for ((r = 1; r <= rounds; r++)); do
+    for build in base new; do
+      json="$out/bench-hdim$hd-$mask-$build-r$r.json"
+      "$out/build-$build/tools/fa3" bench --device gpu --dtype "$dtype" --head-dims "$hd" --"$mask" --json "$json" \
+        >/dev/null || { echo "ab_bench: $build bench failed" >&2; exit 1; }
+      files+=("$build=$json")
+    done
+  done
+  echo "== hdim $hd $mask: median TFLOP/s over $rounds rounds (spread %)"
+  python3 scripts/kernel_medians.py "${files[@]}"
+done
