@@ -63,13 +63,13 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 }
 
 // Register budgets, each a multiple of 8 in [24, 256] with registers_fit(): two
-// consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240; three at
-// 128 per thread = 32 + 3 * 160. O gets its own buffer whenever it fits, so that Q's
-// can be refilled for the next tile while this one finishes; otherwise it goes through
-// Q's buffer (measured ahead of kRegisters on long rows, docs/perf-log.md). A second
-// Q buffer, where it fits, has the next tile's Q in shared memory before this tile
-// ends; with one, the consumers wait for it at every tile start. O in Q's buffer
-// needs Q's single buffer.
+// consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240 or
+// 56 + 2 * 224; three at 128 per thread = 32 + 3 * 160. O gets its own buffer
+// whenever it fits, so that Q's can be refilled for the next tile while this one
+// finishes; otherwise it goes through Q's buffer (measured ahead of kRegisters on
+// long rows, docs/perf-log.md). A second Q buffer, where it fits, has the next
+// tile's Q in shared memory before this tile ends; with one, the consumers wait for
+// it at every tile start. O in Q's buffer needs Q's single buffer.
 constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const int wgs = tile.block_m / 64;
   const int stages = tile.stages != 0 ? tile.stages : 2;
@@ -83,8 +83,13 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
     const bool fits = fwd_smem_bytes(head_dim, tile, stages, 2, o_store == OStore::kOwnBuffer) <= kSmemLimitBytes;
     q_stages = o_store != OStore::kQBuffer && fits ? 2 : 1;
   }
-  return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs,
-                   wgs == 2 ? 24 : 32, wgs == 2 ? 240 : 160, true, o_store};
+  // Two consumer warpgroups that hold O for head dims of 192 and up, or hold O in
+  // registers through the epilogue, need 240 each; below that 224 suffice, and the
+  // producer's 56 keep its TMA coordinates out of local memory (24 spill them).
+  const bool wide = head_dim >= 192 || o_store == OStore::kRegisters;
+  const int producer_regs = wgs == 2 ? (wide ? 24 : 56) : 32;
+  const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : 160;
+  return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store};
 }
 
 }  // namespace fa3::hopper

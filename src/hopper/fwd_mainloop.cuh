@@ -74,6 +74,9 @@ struct FwdProducer {
   __device__ void load_rest_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
                                TileCoord tile, int n_end) {
     with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
+      // Not unrolled: unrolled, the compiler keeps each copy's key offset live across
+      // the loop, and the producer's few registers spill.
+#pragma unroll 1
       for (int n = n_end - 2; n >= 0; --n) load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n);
     });
   }

@@ -46,6 +46,34 @@ TEST(FwdConfig, EveryTileFitsSharedMemoryAndRegisters) {
   }
 }
 
+TEST(FwdConfig, RegisterBudgetsByWhatTheConsumersHold) {
+  // Two consumer warpgroups holding O for head dims up to 128 take 224 each and leave
+  // the producer 56; wider O, or O kept in registers for the epilogue, takes 240.
+  for (const TileCase& t : std::vector<TileCase>{{64, {128, 128}}, {96, {128, 128}}, {128, {128, 128}},
+                                                 {128, {128, 176}}}) {
+    const FwdConfig c = fwd_config(t.head_dim, t.tile);
+    EXPECT_EQ(c.consumer_regs, 224) << t.head_dim;
+    EXPECT_EQ(c.producer_regs, 56) << t.head_dim;
+  }
+  for (const TileCase& t : std::vector<TileCase>{{192, {128, 96}}, {256, {128, 80}},
+                                                 {128, {128, 128, OStore::kRegisters, 3}}}) {
+    const FwdConfig c = fwd_config(t.head_dim, t.tile);
+    EXPECT_EQ(c.consumer_regs, 240) << t.head_dim;
+    EXPECT_EQ(c.producer_regs, 24) << t.head_dim;
+  }
+  // Three consumer warpgroups launch at 128 per thread: 32 + 3 * 160.
+  const FwdConfig three = fwd_config(64, {192, 128});
+  EXPECT_EQ(three.consumer_regs, 160);
+  EXPECT_EQ(three.producer_regs, 32);
+  // Every budget is a multiple of 8 (setmaxnreg) and uses the whole launch allocation.
+  for (const TileCase& t : tiles()) {
+    const FwdConfig c = fwd_config(t.head_dim, t.tile);
+    EXPECT_EQ(c.producer_regs % 8, 0);
+    EXPECT_EQ(c.consumer_regs % 8, 0);
+    EXPECT_EQ(128 * (c.producer_regs + c.consumer_wgs * c.consumer_regs), c.threads() * c.launch_regs());
+  }
+}
+
 TEST(FwdConfig, SecondQBufferWhereItFits) {
   // hdim 64-128: O keeps its own buffer and Q gets two (hdim 128: 2*32 + 2*2*32 + 32 KB).
   for (const TileCase& t : std::vector<TileCase>{{64, {192, 128}}, {64, {128, 128}}, {96, {128, 128}},
