@@ -9,22 +9,27 @@
 # PATCH is the change as `git diff BASE_REVISION` made where the repository is; the
 # tree here needs no .git.
 #
-#   scripts/ab_bench.sh [--rounds N] [--dtype bf16] --patch FILE --cutlass INCLUDE_DIR
-#       OUT_DIR HDIM:MASK ...          MASK is causal or non-causal; e.g. 256:causal
+# --bench-args passes options to every `fa3 bench`, e.g. "--iters 200 --warmup 50":
+# long enough runs reach the GPU's power cap, as the Python benchmark's do; the
+# default 20 calls per point mostly run at full clocks.
+#
+#   scripts/ab_bench.sh [--rounds N] [--dtype bf16] [--bench-args "..."] --patch FILE
+#       --cutlass INCLUDE_DIR OUT_DIR HDIM:MASK ...   MASK is causal or non-causal
 set -uo pipefail
 cd "$(dirname "$0")/.."
-rounds=3 dtype=bf16 patch="" cutlass=""
+rounds=3 dtype=bf16 patch="" cutlass="" bench_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --dtype) dtype=$2; shift 2 ;;
     --patch) patch=$2; shift 2 ;;
     --cutlass) cutlass=$2; shift 2 ;;
+    --bench-args) bench_args=$2; shift 2 ;;
     -*) echo "ab_bench: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-[ -n "$patch" ] && [ -n "$cutlass" ] && [ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }
+[ -n "$patch" ] && [ -n "$cutlass" ] && [ $# -ge 2 ] || { sed -n '2,17p' "$0"; exit 2; }
 out=$1
 shift
 mkdir -p "$out"
@@ -65,7 +70,7 @@ for spec in "$@"; do
     for build in base new; do
       json="$out/bench-hdim$hd-$mask-$build-r$r.json"
       "$out/build-$build/tools/fa3" bench --device gpu --dtype "$dtype" --head-dims "$hd" --"$mask" --json "$json" \
-        >/dev/null || { echo "ab_bench: $build bench failed" >&2; exit 1; }
+        $bench_args >/dev/null || { echo "ab_bench: $build bench failed" >&2; exit 1; }
       files+=("$build=$json")
     done
   done
