@@ -41,6 +41,7 @@ struct FwdConfig {
   int consumer_regs;       // setmaxnreg for each consumer warpgroup
   bool pingpong;           // order consumer warpgroups' GEMMs with named barriers
   OStore o_store;          // never kAuto
+  bool lazy_rescale;       // move a row's softmax reference only on large growth (softmax.cuh)
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   // Registers per thread at launch: the register file split evenly, in units of 8.
@@ -89,7 +90,13 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const bool wide = head_dim >= 192 || o_store == OStore::kRegisters;
   const int producer_regs = wgs == 2 ? (wide ? 24 : 56) : 32;
   const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : 160;
-  return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store};
+  // Skipping O's rescale saves d/2 multiplies per row per key block but puts a warp
+  // vote on the softmax's critical path. Two warpgroups at head dim 64, where the
+  // softmax is the longer half of each step and one other warpgroup hides it, lost
+  // 4 % on short causal rows; everywhere else it gained (docs/perf-log.md).
+  const bool lazy_rescale = head_dim > 64 || wgs > 2;
+  return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
+                   lazy_rescale};
 }
 
 }  // namespace fa3::hopper

@@ -131,7 +131,7 @@ struct FwdKernel {
       if (!scheduler.valid(t)) break;
       const TileCoord tile = scheduler.coord(t);
       const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
-      OnlineSoftmax<2> softmax(params.p.softmax_scale_log2);
+      OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(params.p.softmax_scale_log2);
       // Once this warpgroup's reads of Q are complete: with O elsewhere, Q's stage may
       // take the next tile's Q; with O in Q's buffer, the other warpgroups may write O.
       const auto q_read = [&] {

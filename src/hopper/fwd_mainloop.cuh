@@ -181,16 +181,17 @@ struct FwdConsumer {
   }
 
   // Once S = Q·K_nᵀ has landed: frees K's stage, masks the block if it needs it, and
-  // folds S into the online softmax (S becomes P).
+  // folds S into the online softmax (S becomes P). Returns whether O must be rescaled
+  // by `rescale` (warp-uniform).
   template <bool kFirst, class TensorS, class TensorC, class Softmax, int kRows>
-  __device__ __forceinline__ void scores_to_probs(Pipeline& k_pipe, const Mask& mask, TensorS& s, const TensorC& coord,
+  __device__ __forceinline__ bool scores_to_probs(Pipeline& k_pipe, const Mask& mask, TensorS& s, const TensorC& coord,
                                                   int m_block, int n, Softmax& softmax, float (&rescale)[kRows]) {
     k_pipe.consumer_release(k_state, lane0);
     k_state.advance();
     if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
       apply_mask(mask, s, coord, m_block * Traits::kBlockM, n * Traits::kBlockN);
     }
-    softmax.template update<kFirst>(s, rescale);
+    return softmax.template update<kFirst>(s, rescale);
   }
 
   // When O is written through Q's buffer: tells the other warpgroups that this one's
@@ -252,12 +253,12 @@ struct FwdConsumer {
       turn_pass();
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
-      scores_to_probs<false>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
+      const bool grown = scores_to_probs<false>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       v_pipe.consumer_release(v_state, lane0);
       v_state.advance();
-      rescale_rows(o, rescale);
+      if (grown) rescale_rows(o, rescale);
       convert_into(rP, tSrS);
     }
     q_read();  // every Q·Kᵀ of the tile has completed

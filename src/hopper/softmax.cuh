@@ -4,6 +4,16 @@
 // single FMA: p = 2^(s * scale*log2(e) - m * scale*log2(e)). Row sums stay per-thread
 // partial sums until the end (the four threads of a quad share a row), which saves
 // two shuffles per row per key block.
+//
+// The reference m need not be the exact running max: any m works as long as P, the
+// row sums and O all use the same one, and the final 1/sum and LSE then come out
+// exact. So the references move only when some row of the warp has grown its max by
+// more than a factor of 2^kMaxGrowthLog2 since its m was set (p stays <= 256: no
+// overflow in fp32 sums or bf16 P). After the first few key blocks a row's max rarely
+// grows that much, and the warp skips the rescale of O (d/2 multiplies per row per
+// block) and of the row sums. The decision is per warp, not per row, so that skipping
+// is a branch the whole warp takes. kLazy = false moves the references every block
+// (the plain online softmax).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -22,10 +32,11 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int kRows>
+template <int kRows, bool kLazy = true>
 struct OnlineSoftmax {
   static constexpr int kRowsPerThread = kRows;
-  float row_max[kRows];  // running max of raw scores; -inf while a row has seen nothing
+  static constexpr float kMaxGrowthLog2 = 8.f;
+  float row_max[kRows];  // reference max of raw scores (see above); -inf while a row has seen nothing
   float row_sum[kRows];  // this thread's partial sum of exp2(...) relative to row_max
   float scale_log2;
 
@@ -38,11 +49,15 @@ struct OnlineSoftmax {
   }
 
   // Folds the (rows, cols) score view `s` into the running statistics, overwriting
-  // it with unnormalized probabilities. Returns through `rescale` the factor by which
-  // earlier output accumulators must shrink (ignored on the first block).
+  // it with unnormalized probabilities. Returns whether earlier output accumulators
+  // must be rescaled, by the factors written to `rescale`; the answer is the same for
+  // the whole warp, so a caller's branch on it does not diverge. The first block
+  // (kFirst) sets the references and returns false.
   template <bool kFirst, class TensorS>
-  __device__ __forceinline__ void update(TensorS& s, float (&rescale)[kRows]) {
+  __device__ __forceinline__ bool update(TensorS& s, float (&rescale)[kRows]) {
     static_assert(decltype(cute::size<0>(s))::value == kRows);
+    float block_max[kRows];
+    bool grown = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       // Four independent chains: the max and the sum of a row are dependency chains
@@ -50,15 +65,28 @@ struct OnlineSoftmax {
       float part[4] = {row_max[r], -INFINITY, -INFINITY, -INFINITY};
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(s); ++c) part[c % 4] = fmaxf(part[c % 4], s(r, c));
-      float m = quad_max(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])));
+      block_max[r] = quad_max(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])));
+      // -inf - -inf is NaN and compares false: a row still without keys stays as is.
+      grown |= (block_max[r] - row_max[r]) * scale_log2 > kMaxGrowthLog2;
+    }
+    if constexpr (!kFirst) grown = kLazy ? __any_sync(0xffffffffu, grown) : true;
+    if (kFirst || grown) {
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        if constexpr (!kFirst) {
+          rescale[r] = arch::exp2_approx((row_max[r] - block_max[r]) * scale_log2);
+          // A row that had no keys before: exp2(NaN or -inf); its sum and O are 0 and stay 0.
+          if (row_max[r] == -INFINITY) rescale[r] = 0.f;
+          row_sum[r] *= rescale[r];
+        }
+        row_max[r] = block_max[r];
+      }
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
       // A row that has seen only masked keys keeps max -inf; exponentiate against 0
       // instead so that exp2(-inf) = 0 and no NaN appears.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      if constexpr (!kFirst) {
-        rescale[r] = arch::exp2_approx(row_max[r] * scale_log2 - m_scaled);
-        row_sum[r] *= rescale[r];
-      }
-      row_max[r] = m;
+      const float m_scaled = row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
       float sum[4] = {0.f, 0.f, 0.f, 0.f};
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(s); ++c) {
@@ -67,6 +95,7 @@ struct OnlineSoftmax {
       }
       row_sum[r] += (sum[0] + sum[1]) + (sum[2] + sum[3]);
     }
+    return !kFirst && grown;
   }
 
   // Final normalization: multiplies each row of `o` by 1/sum and returns the

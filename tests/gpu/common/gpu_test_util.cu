@@ -49,6 +49,18 @@ __global__ void nan_kernel(T* out, std::int64_t n) {
   }
 }
 
+// x[b, j, ...] *= factors[j] over the first `n` elements of a (d0, d1, ...) tensor
+// whose dimensions 0 and 1 have strides s0 and s1; rows past d1 (padding) are left.
+template <class T>
+__global__ void scale_positions_kernel(T* x, std::int64_t n, std::int64_t s0, std::int64_t s1, std::int64_t d1,
+                                       const float* factors) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t j = i % s0 / s1;
+    if (j < d1) x[i] = from_float<T>(static_cast<float>(x[i]) * factors[j]);
+  }
+}
+
 template <template <class> class Kernel, class... Args>
 void launch_typed(DType dtype, void* ptr, std::int64_t n, Args... args) {
   const int threads = 256;
@@ -66,6 +78,13 @@ void launch_typed(DType dtype, void* ptr, std::int64_t n, Args... args) {
 template <class T>
 struct NormalLaunch {
   static void launch(unsigned b, int t, T* p, std::int64_t n, std::uint64_t seed) { normal_kernel<T><<<b, t>>>(p, n, seed); }
+};
+template <class T>
+struct ScalePositionsLaunch {
+  static void launch(unsigned b, int t, T* p, std::int64_t n, std::int64_t s0, std::int64_t s1, std::int64_t d1,
+                     const float* f) {
+    scale_positions_kernel<T><<<b, t>>>(p, n, s0, s1, d1, f);
+  }
 };
 template <class T>
 struct NanLaunch {
@@ -115,6 +134,15 @@ void fill_normal(void* ptr, DType dtype, std::int64_t count, std::uint64_t seed)
 }
 
 void fill_nan(void* ptr, DType dtype, std::int64_t count) { launch_typed<NanLaunch>(dtype, ptr, count); }
+
+void scale_positions(PaddedTensor& t, const std::vector<float>& factors) {
+  ASSERT_EQ(static_cast<std::int64_t>(factors.size()), t.view.shape[1]);
+  DeviceBuffer f(factors.size() * sizeof(float));
+  FA3_CUDA_CHECK(cudaMemcpy(f.get(), factors.data(), factors.size() * sizeof(float), cudaMemcpyHostToDevice));
+  launch_typed<ScalePositionsLaunch>(t.view.dtype, t.buffer.get(), t.used_elements, t.view.stride[0],
+                                     t.view.stride[1], t.view.shape[1], static_cast<const float*>(f.get()));
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 PaddedTensor make_tensor(DType dtype, std::int64_t d0, std::int64_t d1, std::int64_t d2, std::int64_t d3,
                          std::uint64_t seed, std::int64_t pad, std::int64_t row_pad, std::int64_t margin) {

@@ -64,6 +64,10 @@ PaddedTensor make_tensor(DType dtype, std::int64_t d0, std::int64_t d1, std::int
                          std::uint64_t seed, std::int64_t pad = 0, std::int64_t row_pad = 0,
                          std::int64_t margin = 0);
 
+// Multiplies every element at position j of dimension 1 (the sequence) by factors[j];
+// factors has one entry per position.
+void scale_positions(PaddedTensor& t, const std::vector<float>& factors);
+
 // Elements from the view's first to its last element (inclusive).
 std::int64_t span_elements(const TensorView& view);
 

@@ -96,6 +96,55 @@ INSTANTIATE_TEST_SUITE_P(Built, FwdAccuracy,
                                             ::testing::ValuesIn(build_info().head_dims), ::testing::Bool()),
                          accuracy_name);
 
+// The accuracy rule for every built dtype, head dim, mask and kernel, on inputs whose
+// key at position j is scaled by key_scale[j] and whose V is scaled by v_scale.
+void expect_accurate_with_scaled_keys(const Shape& shape, const std::vector<float>& key_scale, float v_scale,
+                                      std::uint64_t seed) {
+  const std::vector<float> v_factors(static_cast<std::size_t>(shape.seqlen_k), v_scale);
+  for (DType dtype : built_dtypes()) {
+    for (int d : build_info().head_dims) {
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " hdim " << d << (causal ? " causal" : ""));
+        Inputs in = make_inputs(dtype, shape, d, causal, seed + d);
+        scale_positions(in.k, key_scale);
+        scale_positions(in.v, v_factors);
+        for (const std::string& kernel : kernels_for(in.args)) {
+          EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel), dtype)) << "kernel " << kernel;
+        }
+      }
+    }
+  }
+}
+
+// Keys whose magnitude changes between groups of 64 positions, so that a row's max
+// grows across key blocks by more than the softmax's lazy-rescale threshold (2^8: the
+// reference moves and O is rescaled) and by less (the reference stays and
+// probabilities exceed 1). Keys are visited from the last block down: the last six
+// groups are small, so every row, causal or not, starts small and meets the large
+// groups later. Scales stay <= 3 so that the scores keep the spread the accuracy
+// rule's absolute cap was set for.
+TEST(FwdNumerics, ScoresJumpingBetweenKeyBlocks) {
+  FA3_REQUIRE_HOPPER();
+  const float group_scale[16] = {1.f,  2.5f,  0.25f, 1.5f,  1.f,   3.f,   0.5f,  2.f,
+                                 3.f,  1.f,   0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f};
+  const Shape shape{2, 300, 1000, 4, 2};
+  std::vector<float> key_scale(static_cast<std::size_t>(shape.seqlen_k));
+  for (std::size_t j = 0; j < key_scale.size(); ++j) key_scale[j] = group_scale[j / 64];
+  expect_accurate_with_scaled_keys(shape, key_scale, 1.f, 31);
+}
+
+// The same visiting order with one group of keys scaled by 100: scores jump by far
+// more than fp32's exponent range (2^128), so a reference that failed to move would
+// overflow P and the row sums. V is zero, which makes O exactly 0 whatever the scores
+// (inf or NaN would show) and leaves the LSE to check the statistics.
+TEST(FwdNumerics, ScoreJumpBeyondFp32Range) {
+  FA3_REQUIRE_HOPPER();
+  const Shape shape{2, 300, 1000, 4, 2};
+  std::vector<float> key_scale(static_cast<std::size_t>(shape.seqlen_k), 0.25f);
+  for (std::size_t j = 512; j < 576; ++j) key_scale[j] = 100.f;
+  expect_accurate_with_scaled_keys(shape, key_scale, 0.f, 53);
+}
+
 DType first_dtype() { return built_dtypes().front(); }
 int mid_head_dim() {
   const auto& dims = build_info().head_dims;
