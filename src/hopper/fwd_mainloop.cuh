@@ -211,12 +211,17 @@ struct FwdConsumer {
   __device__ void mma_tile(SharedStorage& smem, int q_stage, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask,
                            int m_block, int n_end, TensorO& tOrO, Softmax& softmax, QueryRead&& q_read) {
     using namespace cute;
-    Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto thr_qk = mma_qk.get_thread_slice(tid);
     auto thr_pv = mma_pv.get_thread_slice(tid);
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K, q stages) descriptors
+    // Q's descriptors (one per K step) are the same for every key block of the tile.
+    // Computed once, ptxas holds them in registers through the mainloop (2 * d/16 of
+    // them); from an opaque pointer they are recomputed where each GEMM is issued.
+    const auto tSrQ = [&] {
+      Tensor sQ = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
+      return thr_qk.partition_fragment_A(sQ)(_, _, _, q_stage);  // (MMA, MMA_M, MMA_K) descriptors
+    };
     Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
     Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<BM, BN>{}));
@@ -236,7 +241,7 @@ struct FwdConsumer {
     int n = n_end - 1;
     k_pipe.consumer_wait(k_state);
     turn_wait();
-    gemm_async<true>(mma_qk, tSrQ(_, _, _, q_stage), tSrK(_, _, _, k_state.index), tSrS);
+    gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);
     turn_pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
@@ -247,7 +252,7 @@ struct FwdConsumer {
     for (--n; n >= 0; --n) {
       k_pipe.consumer_wait(k_state);
       turn_wait();
-      gemm_async<true>(mma_qk, tSrQ(_, _, _, q_stage), tSrK(_, _, _, k_state.index), tSrS);
+      gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);
       v_pipe.consumer_wait(v_state);
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, v_state.index), tOrO);
       turn_pass();

@@ -32,6 +32,15 @@ __device__ __forceinline__ void mbarrier_wait(const std::uint64_t* bar, std::uin
 // Keeps the compiler from moving memory accesses across this point (no instruction).
 __device__ __forceinline__ void compiler_barrier() { asm volatile("" ::: "memory"); }
 
+// Returns p unchanged, where the compiler cannot see that it is: values computed
+// from the result are recomputed where they are used rather than hoisted out of the
+// loop and held in registers for its whole length.
+template <class T>
+__device__ __forceinline__ T* opaque(T* p) {
+  asm volatile("" : "+l"(p));
+  return p;
+}
+
 // Named barriers: `sync` blocks until `count` threads have arrived at `id` (the
 // calling warps included); `arrive` counts the calling warps without waiting.
 // count must be a multiple of 32; ids 1..15 (0 is __syncthreads).
