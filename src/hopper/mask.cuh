@@ -1,11 +1,14 @@
 // fa3 — mask policies. A policy answers three questions for a (query block, key
 // block) tile: which key blocks a query block needs at all, whether a tile needs
-// element-wise masking, and which (row, col) pairs are visible. Columns past the
+// element-wise masking, and which keys a row sees (all below a bound). Columns past the
 // sequence end are always masked: their keys are TMA's zero fill, and a zero score
 // is not "no score".
 #pragma once
 
 #include <cute/tensor.hpp>
+
+#include <cstdint>
+#include <type_traits>
 
 #include "hopper/fwd_params.h"
 
@@ -27,7 +30,8 @@ struct NoMask {
   __device__ bool needs_mask(int /*m_block*/, int n_block) const {
     return (n_block + 1) * kBlockN > seqlen_k;
   }
-  __device__ bool visible(int /*row*/, int col) const { return col < seqlen_k; }
+  // Row `row` sees exactly the keys below this one.
+  __device__ int visible_end(int /*row*/) const { return seqlen_k; }
 };
 
 // Causal, aligned to the bottom-right corner: row i sees keys j <= i + seqlen_k - seqlen_q.
@@ -51,19 +55,45 @@ struct CausalMask {
     return (n_block + 1) * kBlockN > seqlen_k ||
            (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q;
   }
-  __device__ bool visible(int row, int col) const { return col < seqlen_k && col <= row + seqlen_k - seqlen_q; }
+  __device__ int visible_end(int row) const {
+    const int end = row + seqlen_k - seqlen_q + 1;
+    return end < seqlen_k ? end : seqlen_k;
+  }
 };
 
+// In a wgmma accumulator a thread's columns come in pairs 8 apart: column c of the
+// (row, col) view sits at (c % 2) + 8 * (c / 2) past the thread's first. Returns the
+// bit mask of those below `end` (counted from the thread's first column), for
+// kPairs pairs: a few integer operations instead of a compare per column.
+template <class Bits, int kPairs>
+__host__ __device__ constexpr Bits visible_columns(int end) {
+  static_assert(2 * kPairs <= 8 * sizeof(Bits));
+  end = end < 0 ? 0 : (end > 8 * kPairs ? 8 * kPairs : end);
+  const int full = (end + 6) / 8;  // pairs with both columns visible
+  constexpr Bits kAll = static_cast<Bits>(~Bits{0} >> (8 * sizeof(Bits) - 2 * kPairs));
+  Bits keep = full >= kPairs ? kAll : static_cast<Bits>((Bits{1} << (2 * full)) - 1);
+  if (full < kPairs && end - 8 * full >= 1) keep |= Bits{1} << (2 * full);  // the next pair's first column
+  return keep;
+}
+
 // Sets masked scores to -inf. `s` and `coord` are (row, col) views of a thread's
-// accumulator fragment and of its (row, col) coordinates within the tile.
+// accumulator fragment and of its (row, col) coordinates within the tile. Each row's
+// visible columns are those below a bound; ptxas moves their bit mask into predicates
+// (R2P, seven at a time) for the selects, where a compare per element would cost as
+// much as the select.
 template <class Mask, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask(const Mask& mask, TensorS& s, const TensorC& coord, int row0, int col0) {
+  constexpr int kCols = decltype(cute::size<1>(s))::value;
+  static_assert(kCols % 2 == 0 && kCols <= 64);
+  using Bits = std::conditional_t<(kCols > 32), std::uint64_t, std::uint32_t>;
+  const int first_col = col0 + cute::get<1>(coord(0, 0));
   CUTE_UNROLL
   for (int r = 0; r < cute::size<0>(s); ++r) {
-    const int row = row0 + cute::get<0>(coord(r, 0));
+    const int end = mask.visible_end(row0 + cute::get<0>(coord(r, 0))) - first_col;
+    const Bits keep = visible_columns<Bits, kCols / 2>(end);
     CUTE_UNROLL
-    for (int c = 0; c < cute::size<1>(s); ++c) {
-      if (!mask.visible(row, col0 + cute::get<1>(coord(r, c)))) s(r, c) = -INFINITY;
+    for (int c = 0; c < kCols; ++c) {
+      if (!((keep >> c) & 1)) s(r, c) = -INFINITY;
     }
   }
 }
