@@ -42,6 +42,7 @@ struct FwdConfig {
   bool pingpong;           // order consumer warpgroups' GEMMs with named barriers
   OStore o_store;          // never kAuto
   bool lazy_rescale;       // move a row's softmax reference only on large growth (softmax.cuh)
+  bool skip_blocks;        // a warpgroup skips the key blocks its rows do not see (fwd_mainloop.cuh)
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   // Registers per thread at launch: the register file split evenly, in units of 8.
@@ -67,8 +68,9 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 // consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240 or
 // 56 + 2 * 224; three at 128 per thread = 32 + 3 * 160. O gets its own buffer
 // whenever it fits, so that Q's can be refilled for the next tile while this one
-// finishes; otherwise it goes through Q's buffer (measured ahead of kRegisters on
-// long rows, docs/perf-log.md). A second Q buffer, where it fits, has the next
+// finishes; otherwise it goes through Q's buffer (hdim 192: measured ahead of
+// kRegisters on long rows; hdim 256's tile asks for kRegisters, which now measures
+// ahead there, docs/perf-log.md). A second Q buffer, where it fits, has the next
 // tile's Q in shared memory before this tile ends; with one, the consumers wait for
 // it at every tile start. O in Q's buffer needs Q's single buffer.
 constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
@@ -95,8 +97,15 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   // softmax is the longer half of each step and one other warpgroup hides it, lost
   // 4 % on short causal rows; everywhere else it gained (docs/perf-log.md).
   const bool lazy_rescale = head_dim > 64 || wgs > 2;
+  // A warpgroup's causal diagonal ends 64 rows before the next one's. That leaves it a
+  // whole key block short of the tile's last one whenever a block boundary falls in
+  // between: in most tiles of three warpgroups or of key blocks that are not a
+  // multiple of 64 (hdim 64 causal 512-4k +4-12 %, hdim 256 +1-4 %). With two
+  // warpgroups and 128-key blocks it rarely happens and the check cost 1.5-3 % at
+  // hdim 64 (docs/perf-log.md).
+  const bool skip_blocks = wgs > 2 || tile.block_n % 64 != 0;
   return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
-                   lazy_rescale};
+                   lazy_rescale, skip_blocks};
 }
 
 }  // namespace fa3::hopper

@@ -18,17 +18,6 @@ DType dtype_from_name(const char* name) {
   return std::string(name) == "fp16" ? DType::kFloat16 : DType::kBFloat16;
 }
 
-// The dispatcher's order of preference among tiles, best first; tiles not listed
-// rank after these in build order. Chosen by measurement (docs/perf-log.md).
-std::vector<FwdTile> preferred_tiles(const Problem& p) {
-  if (p.head_dim == 64 && p.causal && p.seqlen_q <= 1024) {
-    // Short causal rows: 128-row tiles waste less on the diagonal and on the last
-    // query block (192 rows leave a third of it empty at 512) than 192-row tiles gain.
-    return {{128, 128}, {192, 128}};
-  }
-  return {};
-}
-
 }  // namespace
 
 std::string FwdKernelEntry::name() const {
@@ -78,12 +67,6 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
   for (const FwdKernelEntry& k : fwd_kernels()) {
     if (k.dtype == dtype && k.head_dim == p.head_dim && k.causal == p.causal) out.push_back(&k);
   }
-  const std::vector<FwdTile> order = preferred_tiles(p);
-  auto rank = [&](const FwdKernelEntry* k) {
-    const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) { return t == k->tile; });
-    return it - order.begin();
-  };
-  std::stable_sort(out.begin(), out.end(), [&](auto* a, auto* b) { return rank(a) < rank(b); });
   return out;
 }
 

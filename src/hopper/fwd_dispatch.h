@@ -32,14 +32,14 @@ const std::vector<FwdKernelEntry>& fwd_kernels();
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
 
-// The compiled kernels that can run `p` with inputs of `dtype`, the one forward()
-// would choose first.
+// The compiled kernels that can run `p` with inputs of `dtype` in the build's order:
+// the first is forward()'s default.
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype);
 
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms);
 
-// Runs the heuristic's kernel, or the one named `kernel` when it is not null.
+// Runs the default kernel, or the one named `kernel` when it is not null.
 Status run_forward(const Problem& p, const ForwardArgs& args, int num_sms, cudaStream_t stream,
                    const char* kernel = nullptr);
 

@@ -194,6 +194,20 @@ struct FwdConsumer {
     return softmax.template update<kFirst>(s, rescale);
   }
 
+  // A key block this warpgroup does not need: its GEMM turn passes straight on, and
+  // its stages are freed once they have landed (an arrival on a stage the producer has
+  // not refilled yet would count towards the previous lap).
+  __device__ __forceinline__ void skip_block(Pipeline& k_pipe, Pipeline& v_pipe) {
+    k_pipe.consumer_wait(k_state);
+    turn_wait();
+    turn_pass();
+    k_pipe.consumer_release(k_state, lane0);
+    k_state.advance();
+    v_pipe.consumer_wait(v_state);
+    v_pipe.consumer_release(v_state, lane0);
+    v_state.advance();
+  }
+
   // When O is written through Q's buffer: tells the other warpgroups that this one's
   // reads of Q are complete (QueryRead), so that they may write their rows of O.
   __device__ __forceinline__ void signal_query_read() const {
@@ -228,7 +242,26 @@ struct FwdConsumer {
     auto coord = rowcol_view(tScS);
 
     clear(tOrO);
-    if (n_end <= 0) {
+    // The tile's first key blocks (in visiting order) may lie past what this
+    // warpgroup's rows see: beyond a causal diagonal that ends inside the tile, or all
+    // of them when its rows are past the sequence end. It only takes their GEMM turns
+    // and frees their stages.
+    int n_own = n_end;
+    if constexpr (Traits::kCfg.skip_blocks) {
+      // A broadcast makes the warpgroup index warp-uniform to the compiler, so that the
+      // stage indices after the skipped blocks stay in uniform registers (without it
+      // the mainloop's descriptor arithmetic moves to vector registers).
+      const int row0 = m_block * Traits::kBlockM + __shfl_sync(0xffffffffu, wg, 0) * 64;
+      n_own = mask.template key_blocks<Traits::kBlockN>(row0, row0 + 64);
+      for (int n = n_end - 1; n >= n_own; --n) skip_block(k_pipe, v_pipe);
+    }
+    if (n_own <= 0) {
+      // Each warpgroup takes a tile's n_end + 1 GEMM turns (one per key block, then the
+      // last P·V's): one that skipped every block still owes the last.
+      if (n_end > 0) {
+        turn_wait();
+        turn_pass();
+      }
       q_read();
       return;
     }
@@ -238,7 +271,7 @@ struct FwdConsumer {
     auto o = rowcol_view(tOrO);
     float rescale[Softmax::kRowsPerThread];
 
-    int n = n_end - 1;
+    int n = n_own - 1;
     k_pipe.consumer_wait(k_state);
     turn_wait();
     gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);

@@ -1,8 +1,8 @@
 // fa3 — mask policies. A policy answers three questions for a (query block, key
-// block) tile: which key blocks a query block needs at all, whether a tile needs
-// element-wise masking, and which keys a row sees (all below a bound). Columns past the
-// sequence end are always masked: their keys are TMA's zero fill, and a zero score
-// is not "no score".
+// block) tile: which key blocks a range of query rows needs at all, whether a tile
+// needs element-wise masking, and which keys a row sees (all below a bound). Columns
+// past the sequence end are always masked: their keys are TMA's zero fill, and a zero
+// score is not "no score". Rows past the sequence end need no key block.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -20,18 +20,23 @@ struct NoMask {
   int seqlen_q;
   int seqlen_k;
 
-  __device__ explicit NoMask(const FwdParams& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
+  __host__ __device__ explicit NoMask(const FwdParams& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
 
-  template <int kBlockM, int kBlockN>
-  __device__ int n_block_end(int /*m_block*/) const {
-    return (seqlen_k + kBlockN - 1) / kBlockN;
+  // Key blocks [0, n) that query rows [row_begin, row_end) need.
+  template <int kBlockN>
+  __host__ __device__ int key_blocks(int row_begin, int /*row_end*/) const {
+    return row_begin >= seqlen_q ? 0 : (seqlen_k + kBlockN - 1) / kBlockN;
   }
   template <int kBlockM, int kBlockN>
-  __device__ bool needs_mask(int /*m_block*/, int n_block) const {
+  __host__ __device__ int n_block_end(int m_block) const {
+    return key_blocks<kBlockN>(m_block * kBlockM, (m_block + 1) * kBlockM);
+  }
+  template <int kBlockM, int kBlockN>
+  __host__ __device__ bool needs_mask(int /*m_block*/, int n_block) const {
     return (n_block + 1) * kBlockN > seqlen_k;
   }
   // Row `row` sees exactly the keys below this one.
-  __device__ int visible_end(int /*row*/) const { return seqlen_k; }
+  __host__ __device__ int visible_end(int /*row*/) const { return seqlen_k; }
 };
 
 // Causal, aligned to the bottom-right corner: row i sees keys j <= i + seqlen_k - seqlen_q.
@@ -40,22 +45,28 @@ struct CausalMask {
   int seqlen_q;
   int seqlen_k;
 
-  __device__ explicit CausalMask(const FwdParams& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
+  __host__ __device__ explicit CausalMask(const FwdParams& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
 
-  template <int kBlockM, int kBlockN>
-  __device__ int n_block_end(int m_block) const {
-    // One past the last key the block's last row sees; may be <= 0 (no key at all).
-    const int last_key_end = (m_block + 1) * kBlockM + seqlen_k - seqlen_q;
+  // Key blocks [0, n) that query rows [row_begin, row_end) need.
+  template <int kBlockN>
+  __host__ __device__ int key_blocks(int row_begin, int row_end) const {
+    if (row_begin >= seqlen_q) return 0;
+    // One past the last key the range's last row sees; may be <= 0 (no key at all).
+    const int last_key_end = row_end + seqlen_k - seqlen_q;
     const int end = last_key_end < seqlen_k ? last_key_end : seqlen_k;
     return end <= 0 ? 0 : (end + kBlockN - 1) / kBlockN;
   }
   template <int kBlockM, int kBlockN>
-  __device__ bool needs_mask(int m_block, int n_block) const {
+  __host__ __device__ int n_block_end(int m_block) const {
+    return key_blocks<kBlockN>(m_block * kBlockM, (m_block + 1) * kBlockM);
+  }
+  template <int kBlockM, int kBlockN>
+  __host__ __device__ bool needs_mask(int m_block, int n_block) const {
     // The block's first row sees up to key m_block*BM + sk - sq: any later column needs masking.
     return (n_block + 1) * kBlockN > seqlen_k ||
            (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q;
   }
-  __device__ int visible_end(int row) const {
+  __host__ __device__ int visible_end(int row) const {
     const int end = row + seqlen_k - seqlen_q + 1;
     return end < seqlen_k ? end : seqlen_k;
   }

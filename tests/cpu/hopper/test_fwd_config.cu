@@ -84,6 +84,17 @@ TEST(FwdConfig, LazyRescaleExceptTwoWarpgroupsAtHeadDim64) {
   }
 }
 
+TEST(FwdConfig, SkippedKeyBlocksWhereWarpgroupDiagonalsEndBlocksApart) {
+  // Three warpgroups, or key blocks that are not a multiple of 64: a warpgroup's causal
+  // diagonal often ends a whole key block before the tile's. Two warpgroups with
+  // 128-key blocks: rarely, and the check measured slower.
+  EXPECT_TRUE(fwd_config(64, {192, 128}).skip_blocks);
+  EXPECT_TRUE(fwd_config(192, {128, 96}).skip_blocks);
+  EXPECT_TRUE(fwd_config(256, {128, 80, OStore::kRegisters}).skip_blocks);
+  EXPECT_FALSE(fwd_config(64, {128, 128}).skip_blocks);
+  EXPECT_FALSE(fwd_config(128, {128, 128}).skip_blocks);
+}
+
 TEST(FwdConfig, SecondQBufferWhereItFits) {
   // hdim 64-128: O keeps its own buffer and Q gets two (hdim 128: 2*32 + 2*2*32 + 32 KB).
   for (const TileCase& t : std::vector<TileCase>{{64, {192, 128}}, {64, {128, 128}}, {96, {128, 128}},

@@ -290,17 +290,6 @@ TEST(FwdKernelChoice, DefaultIsFirstListedAndUnknownNamesRejected) {
   }
 }
 
-// The tile choice follows the shape where more than one tile is built.
-TEST(FwdKernelChoice, ShortCausalHeadDim64PrefersSmallerTiles) {
-  FA3_REQUIRE_HOPPER();
-  const auto& dims = build_info().head_dims;
-  if (std::find(dims.begin(), dims.end(), 64) == dims.end()) GTEST_SKIP() << "head dim 64 not built";
-  Inputs short_rows = make_inputs(first_dtype(), {1, 512, 512, 2, 2}, 64, true, 5);
-  Inputs long_rows = make_inputs(first_dtype(), {1, 4096, 4096, 2, 2}, 64, true, 6);
-  EXPECT_EQ(kernels_for(short_rows.args).front(), "128x128");
-  EXPECT_EQ(kernels_for(long_rows.args).front(), "192x128");
-}
-
 TEST(FwdGuards, UnsupportedHeadDimRejected) {
   FA3_REQUIRE_HOPPER();
   Inputs in = make_inputs(first_dtype(), {1, 64, 64, 2, 2}, 72, false, 3);
