@@ -12,7 +12,7 @@ namespace fa3::hopper {
 
 // How the epilogue gets O to global memory.
 enum class OStore {
-  kAuto,       // kOwnBuffer when it fits in shared memory, else kQBuffer
+  kAuto,       // kOwnBuffer when it fits in shared memory, else kRegisters
   kOwnBuffer,  // stmatrix into a buffer of O's own, then a TMA store
   kQBuffer,    // the same through Q's buffer: the next Q waits for the store
   kRegisters,  // 16-byte global stores straight from registers (no shared memory)
@@ -68,18 +68,19 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 // consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240 or
 // 56 + 2 * 224; three at 128 per thread = 32 + 3 * 160. O gets its own buffer
 // whenever it fits, so that Q's can be refilled for the next tile while this one
-// finishes; otherwise it goes through Q's buffer (hdim 192: measured ahead of
-// kRegisters on long rows; hdim 256's tile asks for kRegisters, which now measures
-// ahead there, docs/perf-log.md). A second Q buffer, where it fits, has the next
-// tile's Q in shared memory before this tile ends; with one, the consumers wait for
-// it at every tile start. O in Q's buffer needs Q's single buffer.
+// finishes; otherwise (hdim 192, 256) it leaves from registers, which frees Q's
+// buffer after the last Q·Kᵀ: 5-9 % ahead of O through Q's buffer at 512 tokens and
+// level or ahead at every other length (docs/perf-log.md). A second Q buffer, where
+// it fits, has the next tile's Q in shared memory before this tile ends; with one,
+// the consumers wait for it at every tile start. O in Q's buffer (forced, "-oq")
+// needs Q's single buffer.
 constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const int wgs = tile.block_m / 64;
   const int stages = tile.stages != 0 ? tile.stages : 2;
   OStore o_store = tile.o_store;
   if (o_store == OStore::kAuto) {
     o_store = fwd_smem_bytes(head_dim, tile, stages, 1, true) <= kSmemLimitBytes ? OStore::kOwnBuffer
-                                                                                 : OStore::kQBuffer;
+                                                                                 : OStore::kRegisters;
   }
   int q_stages = tile.q_stages;
   if (q_stages == 0) {
