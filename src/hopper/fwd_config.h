@@ -27,8 +27,6 @@ struct FwdTile {
   OStore o_store = OStore::kAuto;
   int stages = 0;
   int q_stages = 0;
-
-  constexpr bool operator==(const FwdTile&) const = default;
 };
 
 struct FwdConfig {
