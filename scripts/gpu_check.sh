@@ -112,6 +112,15 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
           compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $small $c || exit 1
         done
       done
+      # Head dim 64's tile follows the key length (256x64 up to 1024 keys, 192x128
+      # beyond: hopper/fwd_dispatch.cpp), so longer keys cover its second kernel.
+      if [[ ";$head_dims;" == *";64;"* ]]; then
+        for c in "" --causal; do
+          echo "== racecheck hdim 64 $c, 1100 keys"
+          compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 64 \
+            --seqlen-q 137 --seqlen-k 1100 --nheads 4 --nheads-kv 2 --iters 1 --warmup 0 --check-rows 8 $c || exit 1
+        done
+      fi
       # The small case gives each CTA at most two tiles, so a two-stage Q ring never
       # reuses a stage there; this one gives every CTA at least two and some three.
       many="--seqlen-q 137 --seqlen-k 211 --batch 12 --nheads 24 --nheads-kv 4 --iters 1 --warmup 0 --check-rows 8"

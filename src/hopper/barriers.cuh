@@ -6,17 +6,16 @@
 
 namespace fa3::hopper {
 
+// Ids for up to kMaxConsumerWGs consumer warpgroups per role; the hardware has 16.
+inline constexpr int kMaxConsumerWGs = 4;
+
 enum class NamedBarrier : int {  // id 0 is __syncthreads'
   kWarpScheduler0 = 1,  // consumer warpgroup w may issue its GEMMs: kWarpScheduler0 + w
-  kWarpScheduler1 = 2,
-  kWarpScheduler2 = 3,
-  kEpilogue0 = 4,       // inside consumer warpgroup w: its O rows in shared memory are complete / free
-  kEpilogue1 = 5,
-  kEpilogue2 = 6,
-  kQueryRead0 = 7,      // O written through Q's buffer: the other warpgroups are done reading Q
-  kQueryRead1 = 8,
-  kQueryRead2 = 9,
+  kEpilogue0 = kWarpScheduler0 + kMaxConsumerWGs,  // inside consumer warpgroup w: its O rows in shared memory are complete / free
+  kQueryRead0 = kEpilogue0 + kMaxConsumerWGs,      // O written through Q's buffer: the other warpgroups are done reading Q
+  kEnd = kQueryRead0 + kMaxConsumerWGs,
 };
+static_assert(static_cast<int>(NamedBarrier::kEnd) <= 16, "more named barriers than the hardware has");
 
 __device__ __forceinline__ void barrier_sync(NamedBarrier id, int count) {
   arch::named_barrier_sync(static_cast<int>(id), count);

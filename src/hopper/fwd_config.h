@@ -64,7 +64,9 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 
 // Register budgets, each a multiple of 8 in [24, 256] with registers_fit(): two
 // consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240 or
-// 56 + 2 * 224; three at 128 per thread = 32 + 3 * 160. O gets its own buffer
+// 56 + 2 * 224; three at 128 per thread = 32 + 3 * 160; four at 96 per thread =
+// 32 + 4 * 112, which holds a 64x64 score block at head dim 64 and no wider one
+// (64x96 spilled 240 bytes). O gets its own buffer
 // whenever it fits, so that Q's can be refilled for the next tile while this one
 // finishes; otherwise (hdim 192, 256) it leaves from registers, which frees Q's
 // buffer after the last Q·Kᵀ: 5-9 % ahead of O through Q's buffer at 512 tokens and
@@ -74,7 +76,10 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 // needs Q's single buffer.
 constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const int wgs = tile.block_m / 64;
-  const int stages = tile.stages != 0 ? tile.stages : 2;
+  // Four warpgroups go through a 64-key block in about half the time three take for a
+  // 128-key one, so two stages would request a tile's first block too late to hide
+  // its latency: a third (8 KB per operand at hdim 64) gained 3-5 % at 512 tokens.
+  const int stages = tile.stages != 0 ? tile.stages : wgs == 4 ? 3 : 2;
   OStore o_store = tile.o_store;
   if (o_store == OStore::kAuto) {
     o_store = fwd_smem_bytes(head_dim, tile, stages, 1, true) <= kSmemLimitBytes ? OStore::kOwnBuffer
@@ -90,7 +95,7 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   // producer's 56 keep its TMA coordinates out of local memory (24 spill them).
   const bool wide = head_dim >= 192 || o_store == OStore::kRegisters;
   const int producer_regs = wgs == 2 ? (wide ? 24 : 56) : 32;
-  const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : 160;
+  const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : wgs == 3 ? 160 : 112;
   // Skipping O's rescale saves d/2 multiplies per row per key block but puts a warp
   // vote on the softmax's critical path. Two warpgroups at head dim 64, where the
   // softmax is the longer half of each step and one other warpgroup hides it, lost

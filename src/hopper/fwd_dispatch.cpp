@@ -18,6 +18,20 @@ DType dtype_from_name(const char* name) {
   return std::string(name) == "fp16" ? DType::kFloat16 : DType::kBFloat16;
 }
 
+// The dispatcher's order of preference among tile shapes, best first; kernels whose
+// shape is not listed keep the build's order after these. Chosen by measurement
+// (docs/perf-log.md).
+std::vector<FwdTile> preferred_tiles(const Problem& p) {
+  if (p.head_dim == 64 && p.seqlen_k <= 1024) {
+    // Short rows of keys: a tile is a few key blocks, so its fixed cost weighs most,
+    // and four warpgroups of 64-key blocks overlap it better than three of 128
+    // (+7-10 % at 512-1k tokens, both masks; behind from 2k, where 64-key blocks cost
+    // more per key than they save per tile).
+    return {{256, 64}, {192, 128}};
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string FwdKernelEntry::name() const {
@@ -67,6 +81,14 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
   for (const FwdKernelEntry& k : fwd_kernels()) {
     if (k.dtype == dtype && k.head_dim == p.head_dim && k.causal == p.causal) out.push_back(&k);
   }
+  const std::vector<FwdTile> order = preferred_tiles(p);
+  auto rank = [&](const FwdKernelEntry* k) {
+    const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) {
+      return t.block_m == k->tile.block_m && t.block_n == k->tile.block_n;
+    });
+    return it - order.begin();
+  };
+  std::stable_sort(out.begin(), out.end(), [&](auto* a, auto* b) { return rank(a) < rank(b); });
   return out;
 }
 

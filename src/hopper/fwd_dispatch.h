@@ -32,8 +32,9 @@ const std::vector<FwdKernelEntry>& fwd_kernels();
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
 
-// The compiled kernels that can run `p` with inputs of `dtype` in the build's order:
-// the first is forward()'s default.
+// The compiled kernels that can run `p` with inputs of `dtype`, best first for its
+// shape (tile shapes preferred by measurement, then the build's order): the first is
+// forward()'s default.
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype);
 
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.

@@ -154,6 +154,7 @@ struct FwdConsumer {
   using State = StageState<Traits::kStages>;
   static constexpr int kConsumerWGs = Traits::kConsumerWGs;
   static constexpr bool kPingpong = Traits::kCfg.pingpong && kConsumerWGs > 1;
+  static_assert(kConsumerWGs <= kMaxConsumerWGs, "more consumer warpgroups than named barriers are laid out for");
 
   typename Traits::TiledMmaQK mma_qk;
   typename Traits::TiledMmaPV mma_pv;

@@ -19,7 +19,7 @@ struct TileCase {
 // The default tiles of src/CMakeLists.txt and the variants measured in the perf log.
 std::vector<TileCase> tiles() {
   return {
-      {64, {192, 128}},  {64, {128, 128}},  {96, {128, 128}},   {128, {128, 128}},
+      {64, {192, 128}},  {64, {256, 64}},   {64, {128, 128}},   {96, {128, 128}},   {128, {128, 128}},
       {128, {128, 176}}, {192, {128, 96}},  {256, {128, 80}},   {256, {128, 64}},
       {128, {128, 128, OStore::kRegisters, 3}}, {128, {128, 128, OStore::kRegisters, 2, 2}},
       {64, {192, 128, OStore::kAuto, 3}},       {256, {128, 80, OStore::kRegisters}},
@@ -65,6 +65,12 @@ TEST(FwdConfig, RegisterBudgetsByWhatTheConsumersHold) {
   const FwdConfig three = fwd_config(64, {192, 128});
   EXPECT_EQ(three.consumer_regs, 160);
   EXPECT_EQ(three.producer_regs, 32);
+  // Four launch at 96 per thread: 32 + 4 * 112.
+  const FwdConfig four = fwd_config(64, {256, 64});
+  EXPECT_EQ(four.consumer_wgs, 4);
+  EXPECT_EQ(four.threads(), 640);
+  EXPECT_EQ(four.consumer_regs, 112);
+  EXPECT_EQ(four.producer_regs, 32);
   // Every budget is a multiple of 8 (setmaxnreg) and uses the whole launch allocation.
   for (const TileCase& t : tiles()) {
     const FwdConfig c = fwd_config(t.head_dim, t.tile);
@@ -79,6 +85,7 @@ TEST(FwdConfig, LazyRescaleExceptTwoWarpgroupsAtHeadDim64) {
   // 64 tile (short causal rows) and gained elsewhere.
   EXPECT_FALSE(fwd_config(64, {128, 128}).lazy_rescale);
   EXPECT_TRUE(fwd_config(64, {192, 128}).lazy_rescale);
+  EXPECT_TRUE(fwd_config(64, {256, 64}).lazy_rescale);
   for (const TileCase& t : tiles()) {
     if (t.head_dim > 64) EXPECT_TRUE(fwd_config(t.head_dim, t.tile).lazy_rescale) << t.head_dim;
   }
@@ -89,6 +96,7 @@ TEST(FwdConfig, SkippedKeyBlocksWhereWarpgroupDiagonalsEndBlocksApart) {
   // diagonal often ends a whole key block before the tile's. Two warpgroups with
   // 128-key blocks: rarely, and the check measured slower.
   EXPECT_TRUE(fwd_config(64, {192, 128}).skip_blocks);
+  EXPECT_TRUE(fwd_config(64, {256, 64}).skip_blocks);
   EXPECT_TRUE(fwd_config(192, {128, 96}).skip_blocks);
   EXPECT_TRUE(fwd_config(256, {128, 80, OStore::kRegisters}).skip_blocks);
   EXPECT_FALSE(fwd_config(64, {128, 128}).skip_blocks);
@@ -97,12 +105,13 @@ TEST(FwdConfig, SkippedKeyBlocksWhereWarpgroupDiagonalsEndBlocksApart) {
 
 TEST(FwdConfig, SecondQBufferWhereItFits) {
   // hdim 64-128: O keeps its own buffer and Q gets two (hdim 128: 2*32 + 2*2*32 + 32 KB).
-  for (const TileCase& t : std::vector<TileCase>{{64, {192, 128}}, {64, {128, 128}}, {96, {128, 128}},
-                                                 {128, {128, 128}}}) {
+  for (const TileCase& t : std::vector<TileCase>{{64, {192, 128}}, {64, {256, 64}}, {64, {128, 128}},
+                                                 {96, {128, 128}}, {128, {128, 128}}}) {
     const FwdConfig c = fwd_config(t.head_dim, t.tile);
     EXPECT_EQ(c.o_store, OStore::kOwnBuffer) << t.head_dim;
     EXPECT_EQ(c.q_stages, 2) << t.head_dim;
-    EXPECT_EQ(c.stages, 2) << t.head_dim;
+    // Four warpgroups pass through their 64-key blocks fast enough to want a third stage.
+    EXPECT_EQ(c.stages, c.consumer_wgs == 4 ? 3 : 2) << t.head_dim;
   }
   // hdim 192/256: Q and two K/V stages leave no room for O, which leaves from
   // registers; a second Q buffer does not fit either.

@@ -290,6 +290,22 @@ TEST(FwdKernelChoice, DefaultIsFirstListedAndUnknownNamesRejected) {
   }
 }
 
+// Head dim 64 prefers four warpgroups of 64-key blocks while rows of keys are short
+// and three of 128-key blocks beyond (fwd_dispatch.cpp); the query length does not
+// enter the choice.
+TEST(FwdKernelChoice, HeadDim64TileFollowsKeyLength) {
+  FA3_REQUIRE_HOPPER();
+  const auto& dims = build_info().head_dims;
+  if (std::find(dims.begin(), dims.end(), 64) == dims.end()) GTEST_SKIP() << "head dim 64 not built";
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 512, 512, 2, 2}, 64, causal, 5).args).front(), "256x64");
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 1024, 2, 2}, 64, causal, 6).args).front(), "256x64");
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 1024, 1025, 2, 2}, 64, causal, 7).args).front(), "192x128");
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 4096, 2, 2}, 64, causal, 8).args).front(), "192x128");
+  }
+}
+
 TEST(FwdGuards, UnsupportedHeadDimRejected) {
   FA3_REQUIRE_HOPPER();
   Inputs in = make_inputs(first_dtype(), {1, 64, 64, 2, 2}, 72, false, 3);
