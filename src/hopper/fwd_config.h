@@ -66,14 +66,13 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 // consumer warpgroups launch at 168 per thread (64512 in all) = 24 + 2 * 240 or
 // 56 + 2 * 224; three at 128 per thread = 32 + 3 * 160; four at 96 per thread =
 // 32 + 4 * 112, which holds a 64x64 score block at head dim 64 and no wider one
-// (64x96 spilled 240 bytes). O gets its own buffer
-// whenever it fits, so that Q's can be refilled for the next tile while this one
-// finishes; otherwise (hdim 192, 256) it leaves from registers, which frees Q's
-// buffer after the last Q·Kᵀ: 5-9 % ahead of O through Q's buffer at 512 tokens and
-// level or ahead at every other length (docs/perf-log.md). A second Q buffer, where
-// it fits, has the next tile's Q in shared memory before this tile ends; with one,
-// the consumers wait for it at every tile start. O in Q's buffer (forced, "-oq")
-// needs Q's single buffer.
+// (64x96 spilled 240 bytes). O gets its own buffer whenever it fits, so that Q's can
+// be refilled for the next tile while this one finishes; otherwise (hdim 192, 256) it
+// leaves from registers, which frees Q's buffer after the last Q·Kᵀ: 5-9 % ahead of
+// O through Q's buffer at 512 tokens and level or ahead at every other length
+// (docs/perf-log.md). A second Q buffer, where it fits, has the next tile's Q in
+// shared memory before this tile ends; with one, the consumers wait for it at every
+// tile start. O in Q's buffer (forced, "-oq") needs Q's single buffer.
 constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const int wgs = tile.block_m / 64;
   // Four warpgroups go through a 64-key block in about half the time three take for a
@@ -103,11 +102,11 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const bool lazy_rescale = head_dim > 64 || wgs > 2;
   // A warpgroup's causal diagonal ends 64 rows before the next one's. That leaves it a
   // whole key block short of the tile's last one whenever a block boundary falls in
-  // between: in most tiles of three warpgroups or of key blocks that are not a
-  // multiple of 64 (hdim 64 causal 512-4k +4-12 %, hdim 256 +1-4 %). With two
+  // between: in most tiles of three or more warpgroups or of key blocks that are not
+  // a multiple of 128 (hdim 64 causal 512-4k +4-12 %, hdim 256 +1-4 %). With two
   // warpgroups and 128-key blocks it rarely happens and the check cost 1.5-3 % at
   // hdim 64 (docs/perf-log.md).
-  const bool skip_blocks = wgs > 2 || tile.block_n % 64 != 0;
+  const bool skip_blocks = wgs > 2 || tile.block_n % 128 != 0;
   return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
                    lazy_rescale, skip_blocks};
 }

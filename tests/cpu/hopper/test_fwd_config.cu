@@ -55,8 +55,8 @@ TEST(FwdConfig, RegisterBudgetsByWhatTheConsumersHold) {
     EXPECT_EQ(c.producer_regs, 56) << t.head_dim;
   }
   // 128x176 at hdim 128 has no room for O's buffer, so O leaves from registers too.
-  for (const TileCase& t : std::vector<TileCase>{{192, {128, 96}}, {256, {128, 80}}, {128, {128, 176}},
-                                                 {128, {128, 128, OStore::kRegisters, 3}}}) {
+  for (const TileCase& t : std::vector<TileCase>{{192, {128, 96}}, {256, {128, 80}}, {256, {128, 64}},
+                                                 {128, {128, 176}}, {128, {128, 128, OStore::kRegisters, 3}}}) {
     const FwdConfig c = fwd_config(t.head_dim, t.tile);
     EXPECT_EQ(c.consumer_regs, 240) << t.head_dim;
     EXPECT_EQ(c.producer_regs, 24) << t.head_dim;
@@ -92,13 +92,14 @@ TEST(FwdConfig, LazyRescaleExceptTwoWarpgroupsAtHeadDim64) {
 }
 
 TEST(FwdConfig, SkippedKeyBlocksWhereWarpgroupDiagonalsEndBlocksApart) {
-  // Three warpgroups, or key blocks that are not a multiple of 64: a warpgroup's causal
-  // diagonal often ends a whole key block before the tile's. Two warpgroups with
-  // 128-key blocks: rarely, and the check measured slower.
+  // Three or more warpgroups, or key blocks that are not a multiple of 128: a
+  // warpgroup's causal diagonal often ends a whole key block before the tile's. Two
+  // warpgroups with 128-key blocks: rarely, and the check measured slower.
   EXPECT_TRUE(fwd_config(64, {192, 128}).skip_blocks);
   EXPECT_TRUE(fwd_config(64, {256, 64}).skip_blocks);
   EXPECT_TRUE(fwd_config(192, {128, 96}).skip_blocks);
   EXPECT_TRUE(fwd_config(256, {128, 80, OStore::kRegisters}).skip_blocks);
+  EXPECT_TRUE(fwd_config(256, {128, 64}).skip_blocks);
   EXPECT_FALSE(fwd_config(64, {128, 128}).skip_blocks);
   EXPECT_FALSE(fwd_config(128, {128, 128}).skip_blocks);
 }
@@ -115,7 +116,7 @@ TEST(FwdConfig, SecondQBufferWhereItFits) {
   }
   // hdim 192/256: Q and two K/V stages leave no room for O, which leaves from
   // registers; a second Q buffer does not fit either.
-  for (const TileCase& t : std::vector<TileCase>{{192, {128, 96}}, {256, {128, 80}}}) {
+  for (const TileCase& t : std::vector<TileCase>{{192, {128, 96}}, {256, {128, 80}}, {256, {128, 64}}}) {
     const FwdConfig c = fwd_config(t.head_dim, t.tile);
     EXPECT_EQ(c.o_store, OStore::kRegisters) << t.head_dim;
     EXPECT_EQ(c.q_stages, 1) << t.head_dim;
