@@ -9,10 +9,14 @@ namespace fa3::hopper {
 // Ids for up to kMaxConsumerWGs consumer warpgroups per role; the hardware has 16.
 inline constexpr int kMaxConsumerWGs = 4;
 
+// Each role's id for consumer warpgroup w is its first id + w.
 enum class NamedBarrier : int {  // id 0 is __syncthreads'
-  kWarpScheduler0 = 1,  // consumer warpgroup w may issue its GEMMs: kWarpScheduler0 + w
-  kEpilogue0 = kWarpScheduler0 + kMaxConsumerWGs,  // inside consumer warpgroup w: its O rows in shared memory are complete / free
-  kQueryRead0 = kEpilogue0 + kMaxConsumerWGs,      // O written through Q's buffer: the other warpgroups are done reading Q
+  // Consumer warpgroup w may issue its GEMMs.
+  kWarpScheduler0 = 1,
+  // Inside consumer warpgroup w: its O rows in shared memory are complete / free.
+  kEpilogue0 = kWarpScheduler0 + kMaxConsumerWGs,
+  // O written through Q's buffer: the other warpgroups are done reading Q.
+  kQueryRead0 = kEpilogue0 + kMaxConsumerWGs,
   kEnd = kQueryRead0 + kMaxConsumerWGs,
 };
 static_assert(static_cast<int>(NamedBarrier::kEnd) <= 16, "more named barriers than the hardware has");
