@@ -3,7 +3,7 @@
 One PNG per (pass, dtype) with a panel per (head dim, causal), grouped bars per
 sequence length and one colour per implementation, TFLOP/s written on the bars.
 
-    python bench/plot.py bench/results/2026-11-30-nvidia-h200.json [--out-dir DIR]
+    python bench/plot.py bench/results/2026-12-01-nvidia-h200.json [--out-dir DIR]
 
 writes the PNGs beside the JSON file (or into DIR). bench_attention.py calls
 plot_records() after each run.

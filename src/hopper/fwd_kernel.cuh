@@ -50,7 +50,7 @@ struct FwdKernel {
     FwdParams p;
     int num_m_blocks;
     int heads_per_group;  // tile order: (batch, head) pairs whose K/V share L2
-    int* tile_counter;    // zeroed before the launch when the scheduler is dynamic
+    int* tile_counter;    // 0 at launch, left 0 (dynamic scheduler; hopper/tile_counter.h)
   };
 
   __device__ static void run(const Params& params, char* smem_raw) {

@@ -80,6 +80,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       Mask::kCausal ? causal_heads_per_group(p, sizeof(Element), num_m_blocks) : 1,
       nullptr,
   };
+  TileCounter counter;
 
   const std::int64_t tiles = static_cast<std::int64_t>(params.num_m_blocks) * p.nheads_q * p.batch;
   // Tile indices, the scheduler's overshoot past the last one included, are ints.
@@ -95,12 +96,13 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       "cudaFuncSetAttribute(max dynamic shared memory)");
   if (!st.is_ok()) return st;
   if constexpr (Kernel::Scheduler::kDynamic) {
-    const Status counter = acquire_tile_counter(stream, &params.tile_counter);
-    if (!counter.is_ok()) return counter;
+    const Status acquired = acquire_tile_counter(stream, &counter);
+    if (!acquired.is_ok()) return acquired;
+    params.tile_counter = counter.ptr;
   }
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
   const Status launched = detail::cuda_status(cudaGetLastError(), "forward kernel launch");
-  const Status released = release_tile_counter(params.tile_counter, stream);
+  const Status released = release_tile_counter(counter, stream);
   return launched.is_ok() ? released : launched;
 }
 

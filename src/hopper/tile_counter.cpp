@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace fa3::hopper {
 namespace {
@@ -40,32 +41,79 @@ Status device_pool(cudaMemPool_t* pool) {
   return Status::ok();
 }
 
+// Counters kept for streams, by (device, stream id).
+class KeptCounters {
+ public:
+  // The stream's counter; nullptr when the stream has none and the table is full. A
+  // counter made here is zeroed on `stream`, ahead of any launch that uses it.
+  Status find_or_make(int device, cudaStream_t stream, int** counter) {
+    *counter = nullptr;
+    unsigned long long id = 0;
+    cudaError_t err = cudaStreamGetId(stream, &id);
+    if (err != cudaSuccess) return cuda_error(err, "cudaStreamGetId");
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto key = std::make_pair(device, id);
+    if (const auto it = counters_.find(key); it != counters_.end()) {
+      *counter = it->second;
+      return Status::ok();
+    }
+    if (counters_.size() >= kMaxKeptCounters) return Status::ok();
+    int* made = nullptr;
+    const Status st = make_zeroed(stream, &made);
+    if (!st.is_ok()) return st;
+    counters_.emplace(key, made);
+    *counter = made;
+    return Status::ok();
+  }
+
+  // A zeroed int from the device's pool, in `stream` order.
+  static Status make_zeroed(cudaStream_t stream, int** counter) {
+    cudaMemPool_t pool = nullptr;
+    Status st = device_pool(&pool);
+    if (!st.is_ok()) return st;
+    void* ptr = nullptr;
+    cudaError_t err = cudaMallocFromPoolAsync(&ptr, sizeof(int), pool, stream);
+    if (err != cudaSuccess) return cuda_error(err, "cudaMallocFromPoolAsync (tile counter)");
+    err = cudaMemsetAsync(ptr, 0, sizeof(int), stream);
+    if (err != cudaSuccess) {
+      cudaFreeAsync(ptr, stream);
+      return cuda_error(err, "cudaMemsetAsync (tile counter)");
+    }
+    *counter = static_cast<int*>(ptr);
+    return Status::ok();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<int, unsigned long long>, int*> counters_;
+};
+
+KeptCounters& kept_counters() {
+  // Never destroyed: a launch from another static object's destructor may still need it.
+  static KeptCounters* kept = new KeptCounters;
+  return *kept;
+}
+
 }  // namespace
 
-Status acquire_tile_counter(cudaStream_t stream, int** counter) {
-  *counter = nullptr;
+Status acquire_tile_counter(cudaStream_t stream, TileCounter* counter) {
+  *counter = TileCounter{};
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing(stream, &capture);
   if (err != cudaSuccess) return cuda_error(err, "cudaStreamIsCapturing");
   if (capture != cudaStreamCaptureStatusNone) return Status::ok();
-  cudaMemPool_t pool = nullptr;
-  Status st = device_pool(&pool);
-  if (!st.is_ok()) return st;
-  void* ptr = nullptr;
-  err = cudaMallocFromPoolAsync(&ptr, sizeof(int), pool, stream);
-  if (err != cudaSuccess) return cuda_error(err, "cudaMallocFromPoolAsync (tile counter)");
-  err = cudaMemsetAsync(ptr, 0, sizeof(int), stream);
-  if (err != cudaSuccess) {
-    cudaFreeAsync(ptr, stream);
-    return cuda_error(err, "cudaMemsetAsync (tile counter)");
-  }
-  *counter = static_cast<int*>(ptr);
-  return Status::ok();
+  int device = 0;
+  err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return cuda_error(err, "cudaGetDevice");
+  Status st = kept_counters().find_or_make(device, stream, &counter->ptr);
+  if (!st.is_ok() || counter->ptr != nullptr) return st;
+  counter->per_launch = true;
+  return KeptCounters::make_zeroed(stream, &counter->ptr);
 }
 
-Status release_tile_counter(int* counter, cudaStream_t stream) {
-  if (counter == nullptr) return Status::ok();
-  const cudaError_t err = cudaFreeAsync(counter, stream);
+Status release_tile_counter(const TileCounter& counter, cudaStream_t stream) {
+  if (!counter.per_launch) return Status::ok();
+  const cudaError_t err = cudaFreeAsync(counter.ptr, stream);
   return err == cudaSuccess ? Status::ok() : cuda_error(err, "cudaFreeAsync (tile counter)");
 }
 

@@ -42,11 +42,18 @@ struct TileScheduler {
   __device__ int first() const { return static_cast<int>(blockIdx.x); }
   __host__ __device__ bool valid(int tile) const { return tile < num_tiles; }
 
-  // The CTA's tile after `tile`. Dynamic: `counter` is a zeroed int shared by the
-  // grid; every CTA's first tile is its index, the rest come in finishing order.
-  // Without a counter (a launch captured into a CUDA graph) the order is static.
+  // The CTA's tile after `tile`, asked for once per tile the CTA runs. Dynamic:
+  // `counter` is an int shared by the grid, 0 at launch; every CTA's first tile is its
+  // index, the rest come in finishing order. The grid draws one value per tile, 0 to
+  // num_tiles - 1, so whoever draws the last one sets the counter back to 0 for the
+  // next launch (hopper/tile_counter.h). Without a counter (a launch captured into a
+  // CUDA graph) the order is static.
   __device__ int next(int tile, int* counter) const {
-    if (kDynamic && counter != nullptr) return static_cast<int>(gridDim.x) + atomicAdd(counter, 1);
+    if (kDynamic && counter != nullptr) {
+      const int drawn = atomicAdd(counter, 1);
+      if (drawn == num_tiles - 1) atomicExch(counter, 0);
+      return static_cast<int>(gridDim.x) + drawn;
+    }
     return tile + static_cast<int>(gridDim.x);
   }
 
@@ -73,7 +80,8 @@ inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes,
   const int per_kv = p.nheads_q / p.nheads_kv;
   const int fit = std::max(1, static_cast<int>(kL2Budget / kv_bytes)) * per_kv;
   const int cover = (std::max(p.num_sms, 1) + num_m_blocks - 1) / num_m_blocks;
-  return static_cast<int>(std::min<std::int64_t>(std::max(fit, cover), static_cast<std::int64_t>(p.nheads_q) * p.batch));
+  return static_cast<int>(
+      std::min<std::int64_t>(std::max(fit, cover), static_cast<std::int64_t>(p.nheads_q) * p.batch));
 }
 
 }  // namespace fa3::hopper

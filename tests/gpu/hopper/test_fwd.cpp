@@ -240,6 +240,40 @@ TEST(FwdGuards, MoreTilesThanSms) {
   }
 }
 
+// Causal launches take tiles from a counter kept per stream (hopper/tile_counter.h).
+// Two streams run launches of two sizes in turns at the same time, each output poisoned
+// with NaN in stream order first: a counter shared between the streams, or one not
+// back at zero, would skip or repeat tiles and leave NaN or a wrong result.
+TEST(FwdGuards, CausalLaunchesOnTwoStreamsAtOnce) {
+  FA3_REQUIRE_HOPPER();
+  const DType dtype = first_dtype();
+  const int d = mid_head_dim();
+  const Shape shapes[2] = {{4, 1000, 1000, 8, 2}, {2, 2100, 2100, 8, 2}};
+  std::vector<Inputs> in;
+  std::vector<std::vector<std::uint8_t>> expected;
+  for (int i = 0; i < 4; ++i) {
+    in.push_back(make_inputs(dtype, shapes[i % 2], d, true, 41 + i % 2));
+    if (i < 2) {
+      EXPECT_TRUE(forward_accurate(check_forward(in.back().args), dtype));
+      expected.push_back(bytes_of(in.back().out));
+    }
+  }
+  cudaStream_t streams[2];
+  for (cudaStream_t& s : streams) FA3_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int round = 0; round < 20; ++round) {
+    // Stream 0 runs inputs 0 and 1, stream 1 inputs 2 and 3, starting with the other size.
+    for (int i : {0, 3, 1, 2}) {
+      cudaStream_t s = streams[i / 2];
+      FA3_CUDA_CHECK(cudaMemsetAsync(in[i].out.buffer.get(), 0xff, in[i].out.buffer.bytes(), s));
+      ASSERT_TRUE(forward(in[i].args, s).is_ok());
+    }
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(bytes_of(in[i].out), expected[i % 2]) << "round " << round << " input " << i;
+  }
+  for (cudaStream_t s : streams) FA3_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 TEST(FwdGuards, OffsetsBeyond32Bits) {
   FA3_REQUIRE_HOPPER();
   // The second batch starts past element 2^31 of each buffer.
