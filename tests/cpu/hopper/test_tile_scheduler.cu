@@ -100,22 +100,24 @@ FwdParams params(int seqlen, int head_dim, int heads_q, int heads_kv, int batch,
   return p;
 }
 
-// K/V of a group fit in 24 MB (bf16: 4 * seqlen * head_dim bytes per KV head), GQA
-// query heads of one KV head count once, a group spans at least the grid, and a group
-// never exceeds the problem.
+// K/V of a group fit in 16 MB (bf16: 4 * seqlen * head_dim bytes per KV head), GQA
+// query heads of one KV head count once, a group is sized to span the grid, a group
+// never exceeds the problem, and the groups are of equal size (up to one head).
 TEST(TileScheduler, CausalHeadGroupSizes) {
-  // hdim 128, 16k: 8 MB per head -> 3 heads; 128 query blocks already cover 132 SMs with 2.
-  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 16, 1), 2, 128), 3);
+  // hdim 128, 16k: 8 MB per head -> 2 heads in 16 MB; 128 query blocks cover 132 SMs with 2.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 16, 1), 2, 128), 2);
   // hdim 256, 16k: 16 MB per head -> 1 fits, but 128 query blocks need 2 heads to fill 132 SMs.
   EXPECT_EQ(causal_heads_per_group(params(16384, 256, 8, 8, 1), 2, 128), 2);
-  // GQA 4:1 at 16k hdim 128: 3 KV heads fit, i.e. 12 query heads.
-  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 4, 1), 2, 128), 12);
-  // Short rows: 128 KB per head, 192 heads fit in 24 MB, of 256 (32 heads x 8 batch).
-  EXPECT_EQ(causal_heads_per_group(params(512, 64, 32, 32, 8), 2, 3), 192);
+  // GQA 4:1 at 16k hdim 128: 2 KV heads fit, i.e. 8 query heads.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 4, 1), 2, 128), 8);
+  // Short rows: 128 KB per head, 128 heads fit in 16 MB, of 256 (32 heads x 8 batch).
+  EXPECT_EQ(causal_heads_per_group(params(512, 64, 32, 32, 8), 2, 3), 128);
   // ... and a group never exceeds the problem: 8 x 4 = 32 heads.
   EXPECT_EQ(causal_heads_per_group(params(512, 64, 8, 8, 4), 2, 3), 32);
-  // 4 query blocks per head on 132 SMs: at least 33 heads per group.
-  EXPECT_EQ(causal_heads_per_group(params(65536, 128, 64, 64, 1), 2, 4), 33);
+  // 4 query blocks per head on 132 SMs need 33 heads; 64 heads split evenly: 32 + 32.
+  EXPECT_EQ(causal_heads_per_group(params(65536, 128, 64, 64, 1), 2, 4), 32);
+  // Equal groups: 100 heads with room for 32 (512 KB each) -> four groups of 25, not 32 + 32 + 32 + 4.
+  EXPECT_EQ(causal_heads_per_group(params(1024, 128, 100, 100, 1), 2, 8), 25);
 }
 
 }  // namespace
