@@ -41,6 +41,7 @@ struct FwdConfig {
   OStore o_store;          // never kAuto
   bool lazy_rescale;       // move a row's softmax reference only on large growth (softmax.cuh)
   bool skip_blocks;        // a warpgroup skips the key blocks its rows do not see (fwd_mainloop.cuh)
+  bool q_registers;        // Q·Kᵀ reads Q from registers, loaded once per tile (fwd_mainloop.cuh)
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   // Registers per thread at launch: the register file split evenly, in units of 8.
@@ -107,8 +108,14 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   // warpgroups and 128-key blocks it rarely happens and the check cost 1.5-3 % at
   // hdim 64 (docs/perf-log.md).
   const bool skip_blocks = wgs > 2 || tile.block_n % 128 != 0;
+  // Q·Kᵀ with Q in registers reads only K from shared memory: a 64x128x16 GMMA then
+  // reads 4 KB instead of 6 KB, and Q's buffer is free for the next tile's Q from the
+  // tile's start. +2-3 % at hdim 128 from 2k tokens (docs/perf-log.md). Q's fragment
+  // (d/4 registers) fits beside two warpgroups' 224 only up to head dim 128; three
+  // warpgroups at 160 spilled 96 bytes with it at head dim 64.
+  const bool q_registers = head_dim <= 128 && wgs == 2;
   return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
-                   lazy_rescale, skip_blocks};
+                   lazy_rescale, skip_blocks, q_registers};
 }
 
 }  // namespace fa3::hopper

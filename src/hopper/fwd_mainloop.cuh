@@ -220,8 +220,8 @@ struct FwdConsumer {
 
   // Runs the tile's mainloop, once the tile's Q has landed in Q stage `q_stage`. On
   // return tOrO holds the unnormalized output and `softmax` the row statistics (empty
-  // rows: O = 0, sum 0); `q_read()` has been called as soon as the warpgroup's last
-  // Q·Kᵀ completed.
+  // rows: O = 0, sum 0); `q_read()` has been called as soon as the warpgroup's reads
+  // of Q were complete: its last Q·Kᵀ, or its load of Q into registers.
   template <class TensorO, class Softmax, class QueryRead>
   __device__ void mma_tile(SharedStorage& smem, int q_stage, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask,
                            int m_block, int n_end, TensorO& tOrO, Softmax& softmax, QueryRead&& q_read) {
@@ -230,12 +230,27 @@ struct FwdConsumer {
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto thr_qk = mma_qk.get_thread_slice(tid);
     auto thr_pv = mma_pv.get_thread_slice(tid);
-    // Q's descriptors (one per K step) are the same for every key block of the tile.
-    // Computed once, ptxas holds them in registers through the mainloop (2 * d/16 of
-    // them); from an opaque pointer they are recomputed where each GEMM is issued.
+    constexpr bool kQRegisters = Traits::kCfg.q_registers;
+    // Q·Kᵀ's A operand, (MMA, MMA_M, MMA_K). From registers: loaded below, once per
+    // tile. From shared memory: one descriptor per K step, the same for every key block
+    // of the tile. Computed once, ptxas would hold them in registers through the
+    // mainloop (2 * d/16 of them); from an opaque pointer they are recomputed where
+    // each GEMM is issued.
+    [[maybe_unused]] auto tSrQ_registers = [&] {
+      if constexpr (kQRegisters) {
+        Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+        return thr_qk.partition_fragment_A(sQ(_, _, 0));
+      } else {
+        return 0;
+      }
+    }();
     const auto tSrQ = [&] {
-      Tensor sQ = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
-      return thr_qk.partition_fragment_A(sQ)(_, _, _, q_stage);  // (MMA, MMA_M, MMA_K) descriptors
+      if constexpr (kQRegisters) {
+        return make_tensor(tSrQ_registers.data(), tSrQ_registers.layout());
+      } else {
+        Tensor sQ = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
+        return thr_qk.partition_fragment_A(sQ)(_, _, _, q_stage);
+      }
     };
     Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
@@ -265,6 +280,16 @@ struct FwdConsumer {
       }
       q_read();
       return;
+    }
+
+    if constexpr (kQRegisters) {
+      // Q leaves shared memory here, so its buffer may take the next tile's Q already.
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+      auto copy_q = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
+      auto thr_copy_q = copy_q.get_thread_slice(tid);
+      Tensor tQrQ = thr_copy_q.retile_D(tSrQ_registers);
+      copy(copy_q, thr_copy_q.partition_S(sQ(_, _, q_stage)), tQrQ);
+      q_read();
     }
 
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<BM, BN>{});
@@ -300,7 +325,7 @@ struct FwdConsumer {
       if (grown) rescale_rows(o, rescale);
       convert_into(rP, tSrS);
     }
-    q_read();  // every Q·Kᵀ of the tile has completed
+    if constexpr (!kQRegisters) q_read();  // every Q·Kᵀ of the tile has completed
 
     v_pipe.consumer_wait(v_state);
     turn_wait();

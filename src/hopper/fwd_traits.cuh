@@ -54,9 +54,17 @@ struct FwdTraits {
   using D = cute::Int<kHeadDim>;
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWGs>, cute::_1, cute::_1>>;
 
-  // S = Q·Kᵀ: both operands from shared memory, K-major.
+  // S = Q·Kᵀ, K-major: Q from shared memory, or from registers loaded once per tile.
   using TiledMmaQK = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::ss_op_selector<Element, Element, float, cute::Shape<cute::_64, BN, D>>(), AtomLayout{}));
+      [] {
+        using Shape = cute::Shape<cute::_64, BN, D>;
+        if constexpr (kCfg.q_registers) {
+          return cute::SM90::GMMA::rs_op_selector<Element, Element, float, Shape>();
+        } else {
+          return cute::SM90::GMMA::ss_op_selector<Element, Element, float, Shape>();
+        }
+      }(),
+      AtomLayout{}));
   // O += P·V: P from registers, V read as a (head_dim x block_n) MN-major operand.
   using TiledMmaPV = decltype(cute::make_tiled_mma(
       cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, D, BN>,

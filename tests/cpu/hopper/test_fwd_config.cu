@@ -104,6 +104,21 @@ TEST(FwdConfig, SkippedKeyBlocksWhereWarpgroupDiagonalsEndBlocksApart) {
   EXPECT_FALSE(fwd_config(128, {128, 128}).skip_blocks);
 }
 
+TEST(FwdConfig, QueryInRegistersForTwoWarpgroupsUpToHeadDim128) {
+  // Q's fragment takes d/4 registers per thread: it fits beside two warpgroups' 224 up
+  // to head dim 128, not beside three warpgroups' 160 (spilled at head dim 64) nor
+  // beside O at head dim 192 and 256.
+  EXPECT_TRUE(fwd_config(64, {128, 128}).q_registers);
+  EXPECT_TRUE(fwd_config(96, {128, 128}).q_registers);
+  EXPECT_TRUE(fwd_config(128, {128, 128}).q_registers);
+  EXPECT_TRUE(fwd_config(128, {128, 128, OStore::kQBuffer}).q_registers);
+  EXPECT_FALSE(fwd_config(64, {192, 128}).q_registers);
+  EXPECT_FALSE(fwd_config(64, {256, 64}).q_registers);
+  EXPECT_FALSE(fwd_config(192, {128, 96}).q_registers);
+  EXPECT_FALSE(fwd_config(256, {128, 80}).q_registers);
+  EXPECT_FALSE(fwd_config(256, {128, 64}).q_registers);
+}
+
 TEST(FwdConfig, SecondQBufferWhereItFits) {
   // hdim 64-128: O keeps its own buffer and Q gets two (hdim 128: 2*32 + 2*2*32 + 32 KB).
   for (const TileCase& t : std::vector<TileCase>{{64, {192, 128}}, {64, {256, 64}}, {64, {128, 128}},
