@@ -100,24 +100,32 @@ FwdParams params(int seqlen, int head_dim, int heads_q, int heads_kv, int batch,
   return p;
 }
 
-// K/V of a group fit in 16 MB (bf16: 4 * seqlen * head_dim bytes per KV head), GQA
-// query heads of one KV head count once, a group is sized to span the grid, a group
-// never exceeds the problem, and the groups are of equal size (up to one head).
+// A group holds the heads whose K/V fit in 16 MB (bf16: 4 * seqlen * head_dim bytes per
+// KV head; GQA query heads of one KV head count once), and more where that is under
+// four grids' worth of tiles, up to block_m / 4 heads beyond what fits; at least one
+// grid's worth; never more than the problem; groups of equal size (up to one head).
 TEST(TileScheduler, CausalHeadGroupSizes) {
-  // hdim 128, 16k: 8 MB per head -> 2 heads in 16 MB; 128 query blocks cover 132 SMs with 2.
-  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 16, 1), 2, 128), 2);
-  // hdim 256, 16k: 16 MB per head -> 1 fits, but 128 query blocks need 2 heads to fill 132 SMs.
-  EXPECT_EQ(causal_heads_per_group(params(16384, 256, 8, 8, 1), 2, 128), 2);
-  // GQA 4:1 at 16k hdim 128: 2 KV heads fit, i.e. 8 query heads.
-  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 4, 1), 2, 128), 8);
+  // hdim 128, 16k: 8 MB per head -> 2 fit, but 4 grids of 128 query blocks want 5 heads;
+  // 16 heads in groups of at most 5 -> four groups of 4.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 16, 1), 2, 128, 128), 4);
+  // hdim 256, 16k: 16 MB per head -> 1 fits, 5 for balance, 8 heads -> two groups of 4.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 256, 8, 8, 1), 2, 128, 128), 4);
+  // hdim 256 causal 8k: 2 fit, 9 for four grids of 64 query blocks -> two groups of 8.
+  EXPECT_EQ(causal_heads_per_group(params(8192, 256, 8, 8, 2), 2, 128, 64), 8);
+  // GQA 4:1 at 16k hdim 128: 2 KV heads fit, i.e. 8 query heads, more than balance asks.
+  EXPECT_EQ(causal_heads_per_group(params(16384, 128, 16, 4, 1), 2, 128, 128), 8);
   // Short rows: 128 KB per head, 128 heads fit in 16 MB, of 256 (32 heads x 8 batch).
-  EXPECT_EQ(causal_heads_per_group(params(512, 64, 32, 32, 8), 2, 3), 128);
+  EXPECT_EQ(causal_heads_per_group(params(512, 64, 32, 32, 8), 2, 192, 3), 128);
   // ... and a group never exceeds the problem: 8 x 4 = 32 heads.
-  EXPECT_EQ(causal_heads_per_group(params(512, 64, 8, 8, 4), 2, 3), 32);
-  // 4 query blocks per head on 132 SMs need 33 heads; 64 heads split evenly: 32 + 32.
-  EXPECT_EQ(causal_heads_per_group(params(65536, 128, 64, 64, 1), 2, 4), 32);
-  // Equal groups: 100 heads with room for 32 (512 KB each) -> four groups of 25, not 32 + 32 + 32 + 4.
-  EXPECT_EQ(causal_heads_per_group(params(1024, 128, 100, 100, 1), 2, 8), 25);
+  EXPECT_EQ(causal_heads_per_group(params(512, 64, 8, 8, 4), 2, 192, 3), 32);
+  // DRAM cap: hdim 256 at 1k, 16 heads fit (1 MB each); four grids of 8 query blocks
+  // would take 66, but block_m 128 allows 32; 128 heads -> four groups of 32.
+  EXPECT_EQ(causal_heads_per_group(params(1024, 256, 8, 8, 16), 2, 128, 8), 32);
+  // One grid at least: 4 query blocks per head on 132 SMs need 33 heads (the cap is 32);
+  // 64 heads split evenly: 32 + 32.
+  EXPECT_EQ(causal_heads_per_group(params(65536, 128, 64, 64, 1), 2, 128, 4), 32);
+  // Equal groups: 100 heads, groups of up to 32 -> four groups of 25, not 32 + 32 + 32 + 4.
+  EXPECT_EQ(causal_heads_per_group(params(1024, 128, 100, 100, 1), 2, 128, 8), 25);
 }
 
 }  // namespace
