@@ -111,8 +111,9 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   // Q·Kᵀ with Q in registers reads only K from shared memory: a 64x128x16 GMMA then
   // reads 4 KB instead of 6 KB, and Q's buffer is free for the next tile's Q from the
   // tile's start. +2-3 % at hdim 128 from 2k tokens (docs/perf-log.md). Q's fragment
-  // (d/4 registers) fits beside two warpgroups' 224 only up to head dim 128; three
-  // warpgroups at 160 spilled 96 bytes with it at head dim 64.
+  // (d/4 registers) fits beside two warpgroups' 224 only up to head dim 128: three
+  // warpgroups at 160 spilled 96 bytes with it at head dim 64, and the hdim 192 kernel,
+  // O in registers at 240, spilled 32.
   const bool q_registers = head_dim <= 128 && wgs == 2;
   return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
                    lazy_rescale, skip_blocks, q_registers};

@@ -107,7 +107,7 @@ TEST(FwdConfig, SkippedKeyBlocksWhereWarpgroupDiagonalsEndBlocksApart) {
 TEST(FwdConfig, QueryInRegistersForTwoWarpgroupsUpToHeadDim128) {
   // Q's fragment takes d/4 registers per thread: it fits beside two warpgroups' 224 up
   // to head dim 128, not beside three warpgroups' 160 (spilled at head dim 64) nor
-  // beside O at head dim 192 and 256.
+  // beside O at head dim 192 (spilled) and 256.
   const struct {
     TileCase tile;
     bool q_registers;
