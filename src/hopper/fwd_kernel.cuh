@@ -9,12 +9,13 @@
 //   Q    : one stage per tile. The producer writes the tile's index into the stage
 //          before arming it, so its completion also tells the consumers which tile
 //          to run; an index past the last tile (armed with no load) tells them to
-//          stop. A stage is freed once the consumers' last Q·Kᵀ of the tile has
-//          completed, or, when O is written through Q's buffer, once O's store has
-//          read it. Every consumer thread reads the index, so every thread arrives
-//          on the stage's empty barrier: an arrival releases only its own thread's
-//          reads. With two stages the producer announces each tile while the
-//          previous one runs, so its Q is there when the consumers get to it.
+//          stop. A stage is freed when O is written through Q's buffer once O's
+//          store has read it, otherwise once Q is in the consumers' registers
+//          (FwdConfig::q_registers) or their last Q·Kᵀ of the tile has completed.
+//          Every consumer thread reads the index, so every thread arrives on the
+//          stage's empty barrier: an arrival releases only its own thread's reads.
+//          With two stages the producer announces each tile while the previous one
+//          runs, so its Q is there when the consumers get to it.
 #pragma once
 
 #include <cute/tensor.hpp>
