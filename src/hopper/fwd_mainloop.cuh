@@ -236,9 +236,9 @@ struct FwdConsumer {
     // of the tile. Computed once, ptxas would hold them in registers through the
     // mainloop (2 * d/16 of them); from an opaque pointer they are recomputed where
     // each GEMM is issued.
+    [[maybe_unused]] Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
     [[maybe_unused]] auto tSrQ_registers = [&] {
       if constexpr (kQRegisters) {
-        Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
         return thr_qk.partition_fragment_A(sQ(_, _, 0));
       } else {
         return 0;
@@ -248,8 +248,8 @@ struct FwdConsumer {
       if constexpr (kQRegisters) {
         return make_tensor(tSrQ_registers.data(), tSrQ_registers.layout());
       } else {
-        Tensor sQ = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
-        return thr_qk.partition_fragment_A(sQ)(_, _, _, q_stage);
+        Tensor sQ_opaque = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
+        return thr_qk.partition_fragment_A(sQ_opaque)(_, _, _, q_stage);
       }
     };
     Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
@@ -284,7 +284,6 @@ struct FwdConsumer {
 
     if constexpr (kQRegisters) {
       // Q leaves shared memory here, so its buffer may take the next tile's Q already.
-      Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
       auto copy_q = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
       auto thr_copy_q = copy_q.get_thread_slice(tid);
       Tensor tQrQ = thr_copy_q.retile_D(tSrQ_registers);
