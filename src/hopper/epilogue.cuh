@@ -23,17 +23,36 @@ struct FwdEpilogue {
   using D = typename Traits::D;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
 
-  // `tOrO` is normalized; `lse` holds this thread's rows. Every thread of each consumer
-  // warpgroup calls it; a warpgroup stores its own 64 rows without waiting for the others.
-  template <class Params, class TensorO, int kRows>
-  __device__ static void store(const Params& params, typename Traits::SharedStorage& smem, int tid, TileCoord tile,
-                               const TensorO& tOrO, const float (&lse)[kRows]) {
+  // Stores the tile's O; `tOrO` is normalized. Every thread of each consumer warpgroup
+  // calls it; a warpgroup stores its own 64 rows without waiting for the others.
+  template <class Params, class TensorO>
+  __device__ static void store_o(const Params& params, typename Traits::SharedStorage& smem, int tid, TileCoord tile,
+                                 const TensorO& tOrO) {
     if constexpr (Traits::kCfg.o_store == OStore::kRegisters) {
       store_o_from_registers(params.p, tid, tile, tOrO);
     } else {
       store_o_through_smem(params, smem, tid, tile, tOrO);
     }
-    store_lse(params.p, tid, tile, lse);
+  }
+
+  // Stores the LSE of this thread's rows (those of the S fragment), if the caller asked
+  // for it. Every consumer thread calls it.
+  template <int kRows>
+  __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const float (&lse)[kRows]) {
+    using namespace cute;
+    if (p.lse != nullptr && tid % 4 == 0) {
+      // Quad leaders hold complete row statistics.
+      typename Traits::TiledMmaQK mma_qk;
+      Tensor tScS = mma_qk.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<BM, BN>{}));
+      auto coord = rowcol_view(tScS);
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = tile.m_block * Traits::kBlockM + get<0>(coord(r, 0));
+        if (row < p.seqlen_q) {
+          p.lse[tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride + row * p.lse_row_stride] = lse[r];
+        }
+      }
+    }
   }
 
   // Before the CTA exits (or reuses O's buffer for Q), the warpgroup's last store must
@@ -119,24 +138,6 @@ struct FwdEpilogue {
         if (row < p.seqlen_q) {
           const int col = 8 * (g0 + lane % 4);
           *reinterpret_cast<uint4*>(row_out + col) = make_uint4(w[0], w[1], w[2], w[3]);
-        }
-      }
-    }
-  }
-
-  template <int kRows>
-  __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const float (&lse)[kRows]) {
-    using namespace cute;
-    if (p.lse != nullptr && tid % 4 == 0) {
-      // Quad leaders hold complete row statistics; rows are those of the S fragment.
-      typename Traits::TiledMmaQK mma_qk;
-      Tensor tScS = mma_qk.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<BM, BN>{}));
-      auto coord = rowcol_view(tScS);
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const int row = tile.m_block * Traits::kBlockM + get<0>(coord(r, 0));
-        if (row < p.seqlen_q) {
-          p.lse[tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride + row * p.lse_row_stride] = lse[r];
         }
       }
     }

@@ -6,14 +6,15 @@
 // the tile. Handshakes, all mbarrier rings (full: TMA bytes landed; empty: the
 // consumers done with the stage):
 //   K, V : one stage per key block.
-//   Q    : one stage per tile. The producer writes the tile's index into the stage
-//          before arming it, so its completion also tells the consumers which tile
-//          to run; an index past the last tile (armed with no load) tells them to
-//          stop. A stage is freed when O is written through Q's buffer once O's
-//          store has read it, otherwise once Q is in the consumers' registers
-//          (FwdConfig::q_registers) or their last Q·Kᵀ of the tile has completed.
-//          Every consumer thread reads the index, so every thread arrives on the
-//          stage's empty barrier: an arrival releases only its own thread's reads.
+//   Q    : one stage per tile. The producer writes the tile's coordinates into the
+//          stage before arming it, so its completion also tells the consumers which
+//          tile to run; m_block -1 (armed with no load) tells them to stop. A stage
+//          is freed when O is written through Q's buffer once O's store has read it,
+//          otherwise once Q is in the consumers' registers (FwdConfig::q_registers),
+//          which happens while the previous tile's last P·V runs, or their last Q·Kᵀ
+//          of the tile has completed. Every consumer thread reads the coordinates, so
+//          every thread arrives on the stage's empty barrier: an arrival releases only
+//          its own thread's reads.
 //          With two stages the producer announces each tile while the previous one
 //          runs, so its Q is there when the consumers get to it.
 #pragma once
@@ -78,7 +79,7 @@ struct FwdKernel {
       if (warp == 0) produce(params, smem, q_pipe, k_pipe, v_pipe, scheduler, mask);
     } else {
       cutlass::arch::warpgroup_reg_alloc<Traits::kCfg.consumer_regs>();
-      consume(params, smem, q_pipe, k_pipe, v_pipe, scheduler, mask, static_cast<int>(threadIdx.x) - 128);
+      consume(params, smem, q_pipe, k_pipe, v_pipe, mask, static_cast<int>(threadIdx.x) - 128);
     }
   }
 
@@ -119,41 +120,81 @@ struct FwdKernel {
   }
 
   __device__ static void consume(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
-                                 Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask, int tid) {
+                                 Pipeline& v_pipe, const Mask& mask, int tid) {
     using namespace cute;
     using Epilogue = FwdEpilogue<Traits>;
+    using QState = StageState<Traits::kQStages>;
     constexpr bool kOInQ = Traits::kCfg.o_store == OStore::kQBuffer;
+    // With Q in registers (and its buffer not needed for O), a tile's Q is loaded while
+    // the previous tile's last P·V runs, so that neither the wait for it nor the loads
+    // lie between that tile's end and this tile's first Q·Kᵀ.
+    constexpr bool kQEarly = Traits::kCfg.q_registers && !kOInQ;
     FwdConsumer<Traits, Mask> consumer(tid);
     Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::D>{});
+    auto q_frag = consumer.q_fragment(smem);
+    // Waits for stage `st` of Q and returns its tile; with Q in registers also loads
+    // them, after which the stage is free (or, with O in Q's buffer, the other
+    // warpgroups may write O there).
+    const auto next_tile = [&](const QState& st) {
+      q_pipe.consumer_wait_for_data(st);
+      const TileCoord tile = smem.tile[st.index];
+      if constexpr (Traits::kCfg.q_registers) {
+        if (tile.m_block >= 0) {
+          consumer.load_q(smem, st.index, q_frag);
+          if constexpr (kOInQ) {
+            consumer.signal_query_read();
+          } else {
+            q_pipe.consumer_release_each(st);
+          }
+        }
+      }
+      return tile;
+    };
+
     consumer.turn_start();
-    for (StageState<Traits::kQStages> q_state;; q_state.advance()) {
-      q_pipe.consumer_wait_for_data(q_state);
-      const int t = smem.tile_index[q_state.index];
-      if (!scheduler.valid(t)) break;
-      const TileCoord tile = scheduler.coord(t);
+    QState q_state;
+    TileCoord tile = next_tile(q_state);
+    while (tile.m_block >= 0) {
       const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
       OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(params.p.softmax_scale_log2);
-      // Once this warpgroup's reads of Q are complete: with O elsewhere, Q's stage may
-      // take the next tile's Q; with O in Q's buffer, the other warpgroups may write O.
+      // Once this warpgroup's last Q·Kᵀ from shared memory has completed: with O
+      // elsewhere, Q's stage may take the next tile's Q; with O in Q's buffer, the other
+      // warpgroups may write O.
+      // (With Q in registers, next_tile has done this.)
       const auto q_read = [&] {
-        if constexpr (kOInQ) {
-          consumer.signal_query_read();
-        } else {
-          q_pipe.consumer_release_each(q_state);
+        if constexpr (!Traits::kCfg.q_registers) {
+          if constexpr (kOInQ) {
+            consumer.signal_query_read();
+          } else {
+            q_pipe.consumer_release_each(q_state);
+          }
         }
       };
-      consumer.mma_tile(smem, q_state.index, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax, q_read);
-
+      QState next_state = q_state;
+      next_state.advance();
+      TileCoord next{};
+      float inv_sum[2];
+      // While the last P·V runs: the row statistics, LSE's store, and the next tile's Q.
+      const auto last_pv_issued = [&] {
+        float lse[2];
+        softmax.finish(params.p.softmax_scale, inv_sum, lse);
+        Epilogue::store_lse(params.p, tid, tile, lse);
+        if constexpr (kQEarly) next = next_tile(next_state);
+      };
+      consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax,
+                        q_read, last_pv_issued);
       auto o = rowcol_view(tOrO);
-      float lse[2];
-      softmax.finalize(o, params.p.softmax_scale, lse);
-      Epilogue::store(params, smem, tid, tile, tOrO, lse);
+      rescale_rows(o, inv_sum);
+      Epilogue::store_o(params, smem, tid, tile, tOrO);
       if constexpr (kOInQ) {
         // Q's buffer is free once this warpgroup's store has read its rows of O; the
         // thread that drains the store arrives after the drain.
         Epilogue::drain(tid);
         q_pipe.consumer_release_each(q_state);
       }
+      if constexpr (!kQEarly) next = next_tile(next_state);
+      q_state = next_state;
+      tile = next;
     }
     Epilogue::drain(tid);
   }

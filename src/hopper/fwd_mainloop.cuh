@@ -81,20 +81,24 @@ struct FwdProducer {
     });
   }
 
-  // Announces tile `t` in the next Q stage once the consumers have freed it: its index,
-  // then its Q load, whose landing completes the stage. Past the last tile the stage
-  // completes with the index alone, which tells the consumers to stop.
+  // Announces tile `t` in the next Q stage once the consumers have freed it: its
+  // coordinates, then its Q load, whose landing completes the stage. Past the last tile
+  // the stage completes with coordinates alone (m_block -1), which tell the consumers to
+  // stop. The consumers take the coordinates from here rather than decoding the index
+  // themselves: the divisions would sit on their path from one tile to the next.
   template <class Params, class Scheduler>
   __device__ void announce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, const Scheduler& scheduler,
                            int t) {
     using namespace cute;
+    const bool valid = scheduler.valid(t);
+    const TileCoord tile = valid ? scheduler.coord(t) : TileCoord{-1, 0, 0};
     q_pipe.producer_wait(q_state);
-    // The index is written after the stage is free and before the arrival publishes it.
+    // The coordinates are written after the stage is free and before the arrival
+    // publishes them.
     arch::compiler_barrier();
-    smem.tile_index[q_state.index] = t;
+    smem.tile[q_state.index] = tile;
     arch::compiler_barrier();
-    if (scheduler.valid(t)) {
-      const TileCoord tile = scheduler.coord(t);
+    if (valid) {
       const FwdParams& p = params.p;
       Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
       Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
@@ -218,35 +222,51 @@ struct FwdConsumer {
     }
   }
 
-  // Runs the tile's mainloop, once the tile's Q has landed in Q stage `q_stage`. On
-  // return tOrO holds the unnormalized output and `softmax` the row statistics (empty
-  // rows: O = 0, sum 0); `q_read()` has been called as soon as the warpgroup's reads
-  // of Q were complete: its last Q·Kᵀ, or its load of Q into registers.
-  template <class TensorO, class Softmax, class QueryRead>
-  __device__ void mma_tile(SharedStorage& smem, int q_stage, Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask,
-                           int m_block, int n_end, TensorO& tOrO, Softmax& softmax, QueryRead&& q_read) {
+  // Q·Kᵀ's A operand in registers, loaded once per tile by load_q (FwdConfig::q_registers);
+  // otherwise a placeholder, and mma_tile reads Q from shared memory.
+  __device__ auto q_fragment(SharedStorage& smem) {
+    using namespace cute;
+    if constexpr (Traits::kCfg.q_registers) {
+      Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+      return mma_qk.get_thread_slice(tid).partition_fragment_A(sQ(_, _, 0));
+    } else {
+      return 0;
+    }
+  }
+
+  template <class QFragment>
+  __device__ void load_q(SharedStorage& smem, int q_stage, QFragment& q_frag) {
+    using namespace cute;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+    auto copy_q = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
+    auto thr_copy_q = copy_q.get_thread_slice(tid);
+    copy(copy_q, thr_copy_q.partition_S(sQ(_, _, q_stage)), thr_copy_q.retile_D(q_frag));
+  }
+
+  // Runs the tile's mainloop, once the tile's Q has landed in Q stage `q_stage` (and,
+  // with Q in registers, is in q_frag). On return tOrO holds the unnormalized output
+  // and `softmax` the row statistics (empty rows: O = 0, sum 0); with Q read from
+  // shared memory, `q_read()` has been called as soon as the warpgroup's last Q·Kᵀ
+  // had completed. `last_pv_issued()` is called once the statistics are final and the
+  // last P·V is in flight (for a warpgroup that saw no key, at the end), so that work
+  // that does not need O overlaps that GEMM.
+  template <class QFragment, class TensorO, class Softmax, class QueryRead, class LastPvIssued>
+  __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe,
+                           Pipeline& v_pipe, const Mask& mask, int m_block, int n_end, TensorO& tOrO, Softmax& softmax,
+                           QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto thr_qk = mma_qk.get_thread_slice(tid);
     auto thr_pv = mma_pv.get_thread_slice(tid);
     constexpr bool kQRegisters = Traits::kCfg.q_registers;
-    // Q·Kᵀ's A operand, (MMA, MMA_M, MMA_K). From registers: loaded below, once per
-    // tile. From shared memory: one descriptor per K step, the same for every key block
-    // of the tile. Computed once, ptxas would hold them in registers through the
-    // mainloop (2 * d/16 of them); from an opaque pointer they are recomputed where
-    // each GEMM is issued.
-    [[maybe_unused]] Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
-    [[maybe_unused]] auto tSrQ_registers = [&] {
-      if constexpr (kQRegisters) {
-        return thr_qk.partition_fragment_A(sQ(_, _, 0));
-      } else {
-        return 0;
-      }
-    }();
+    // Q·Kᵀ's A operand, (MMA, MMA_M, MMA_K): q_frag, or one shared-memory descriptor per
+    // K step, the same for every key block of the tile. Computed once, ptxas would hold
+    // the descriptors in registers through the mainloop (2 * d/16 of them); from an
+    // opaque pointer they are recomputed where each GEMM is issued.
     const auto tSrQ = [&] {
       if constexpr (kQRegisters) {
-        return make_tensor(tSrQ_registers.data(), tSrQ_registers.layout());
+        return make_tensor(q_frag.data(), q_frag.layout());
       } else {
         Tensor sQ_opaque = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
         return thr_qk.partition_fragment_A(sQ_opaque)(_, _, _, q_stage);
@@ -279,16 +299,8 @@ struct FwdConsumer {
         turn_pass();
       }
       q_read();
+      last_pv_issued();
       return;
-    }
-
-    if constexpr (kQRegisters) {
-      // Q leaves shared memory here, so its buffer may take the next tile's Q already.
-      auto copy_q = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, Element>{}, mma_qk);
-      auto thr_copy_q = copy_q.get_thread_slice(tid);
-      Tensor tQrQ = thr_copy_q.retile_D(tSrQ_registers);
-      copy(copy_q, thr_copy_q.partition_S(sQ(_, _, q_stage)), tQrQ);
-      q_read();
     }
 
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<BM, BN>{});
@@ -330,6 +342,7 @@ struct FwdConsumer {
     turn_wait();
     gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, v_state.index), tOrO);
     turn_pass();
+    last_pv_issued();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
     v_pipe.consumer_release(v_state, lane0);

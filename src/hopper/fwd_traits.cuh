@@ -9,6 +9,7 @@
 
 #include "hopper/fwd_config.h"
 #include "hopper/pipeline.cuh"
+#include "hopper/tile_scheduler.cuh"
 
 namespace fa3::hopper {
 
@@ -128,7 +129,7 @@ struct FwdTraits {
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
     alignas(1024) Element o[kCfg.o_store == OStore::kOwnBuffer ? kConsumerWGs * kOElemsPerWG : 1];
-    int tile_index[kQStages];  // the tile whose Q a stage of q_pipe holds
+    TileCoord tile[kQStages];  // the tile whose Q a stage of q_pipe holds; m_block < 0: no more tiles
     typename QPipeline::Storage q_pipe;
     typename Pipeline::Storage k_pipe;
     typename Pipeline::Storage v_pipe;

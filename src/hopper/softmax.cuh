@@ -98,18 +98,19 @@ struct OnlineSoftmax {
     return !kFirst && grown;
   }
 
-  // Final normalization: multiplies each row of `o` by 1/sum and returns the
-  // natural-log LSE per row (-inf, with o = 0, for rows that saw no key).
-  template <class TensorO>
-  __device__ __forceinline__ void finalize(TensorO& o, float softmax_scale, float (&lse)[kRows]) {
+  // The rows' final statistics once the last key block has been folded in: 1/sum, which
+  // normalizes O (0 for a row that saw no key), and the natural-log LSE (-inf for such a
+  // row). They do not depend on O, so they can be computed while the last P·V runs.
+  __device__ __forceinline__ void finish(float softmax_scale, float (&inv)[kRows], float (&lse)[kRows]) const {
+    constexpr float kLn2 = 0.69314718055994530942f;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
+      // A row that saw a key has a sum of about 1 or more (its reference max contributed
+      // exp2(0)), far from where the approximations lose accuracy; 0 or NaN: no key.
       const float sum = quad_sum(row_sum[r]);
-      const bool empty = sum == 0.f || sum != sum;
-      const float inv = empty ? 0.f : 1.f / sum;
-      lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + logf(sum);
-      CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(o); ++c) o(r, c) *= inv;
+      const bool empty = !(sum > 0.f);
+      inv[r] = empty ? 0.f : arch::rcp_approx(sum);
+      lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + arch::log2_approx(sum) * kLn2;
     }
   }
 };

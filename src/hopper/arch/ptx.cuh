@@ -13,6 +13,20 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// 1/x and log2(x) on the special-function unit (flush denormals), for the softmax's
+// final normalization: within a few ulps, and short, where the IEEE division and logf
+// would put branchy sequences between a tile's last P·V and its store.
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float log2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Waits for the mbarrier phase with the given parity to complete. Unlike CUTLASS's
 // wait it is also a compiler memory barrier, so that shared-memory reads of data the
 // arriving thread wrote before its arrival are not hoisted above it.
