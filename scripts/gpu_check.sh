@@ -97,7 +97,8 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
   if [ $run_sanitizer -eq 1 ]; then
     fa3="$build_dir/tools/fa3"
     small="--seqlen-q 137 --seqlen-k 211 --nheads 4 --nheads-kv 2 --iters 1 --warmup 0 --check-rows 8"
-    {
+    # A subshell, so that the first failure ends the sanitizer runs, not the script.
+    (
       c=""
       for hd in ${head_dims//;/ }; do
         echo "== memcheck hdim $hd $c"
@@ -130,7 +131,7 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
       done
       echo "== synccheck"
       compute-sanitizer --tool synccheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small --causal || exit 1
-    } >"$out/sanitizer.log" 2>&1
+    ) >"$out/sanitizer.log" 2>&1
     result[sanitizer]="$([ $? -eq 0 ] && echo ok || echo FAILED)"
   fi
   if [ $run_bench -eq 1 ]; then

@@ -2,6 +2,14 @@
 // (stmatrix, then one TMA store per warpgroup, which also clips rows past seqlen_q) or
 // straight from registers (16-byte stores after a transpose inside each quad), as the
 // configuration's OStore says; LSE is written per row.
+//
+// With O's own buffer a warp of the producer warpgroup issues the TMA stores: each
+// consumer warpgroup writes its rows and the tile's coordinates, hands them over
+// through its o_full mbarrier and goes on to the next tile; the store warp waits
+// there, stores the rows, waits until the store has read them and arrives on the
+// warpgroup's o_free mbarrier, which the warpgroup waits on before it writes its rows
+// again. Issuing and waiting for the store then stay off the consumers' way from one
+// tile to the next. Coordinates with m_block -1 tell the store warp to stop.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -22,16 +30,73 @@ struct FwdEpilogue {
   using BN = typename Traits::BN;
   using D = typename Traits::D;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
+  static constexpr bool kStoreWarp = Traits::kCfg.o_store == OStore::kOwnBuffer;
+  using SharedStorage = typename Traits::SharedStorage;
+
+  // A consumer warpgroup's view of its o_free barrier: the parity of the store it
+  // waits for (the first wait passes at once).
+  struct State {
+    std::uint32_t free_phase = 1;
+  };
+
+  // One thread, before the CTA's first __syncthreads. Each barrier counts one arrival.
+  __device__ static void init(SharedStorage& smem) {
+    if constexpr (kStoreWarp) {
+      for (int w = 0; w < Traits::kConsumerWGs; ++w) {
+        cutlass::arch::ClusterBarrier::init(&smem.o_full[w], 1);
+        cutlass::arch::ClusterBarrier::init(&smem.o_free[w], 1);
+      }
+    }
+  }
 
   // Stores the tile's O; `tOrO` is normalized. Every thread of each consumer warpgroup
   // calls it; a warpgroup stores its own 64 rows without waiting for the others.
   template <class Params, class TensorO>
-  __device__ static void store_o(const Params& params, typename Traits::SharedStorage& smem, int tid, TileCoord tile,
+  __device__ static void store_o(const Params& params, SharedStorage& smem, State& state, int tid, TileCoord tile,
                                  const TensorO& tOrO) {
     if constexpr (Traits::kCfg.o_store == OStore::kRegisters) {
       store_o_from_registers(params.p, tid, tile, tOrO);
     } else {
-      store_o_through_smem(params, smem, tid, tile, tOrO);
+      store_o_through_smem(params, smem, state, tid, tile, tOrO);
+    }
+  }
+
+  // Every consumer thread, after its last tile: tells the store warp to stop.
+  __device__ static void finish(SharedStorage& smem, State& state, int tid) {
+    if constexpr (kStoreWarp) {
+      const int wg = tid / 128;
+      arch::mbarrier_wait(&smem.o_free[wg], state.free_phase);
+      if (tid % 128 == 0) smem.o_tile[wg].tile = TileCoord{-1, 0, 0};
+      publish(smem, wg, tid % 128);
+    } else if constexpr (Traits::kCfg.o_store == OStore::kQBuffer) {
+      drain(tid);
+    }
+  }
+
+  // The store warp's loop (one warp of the producer warpgroup), with O's own buffer.
+  template <class Params>
+  __device__ static void run_store_warp(const Params& params, SharedStorage& smem) {
+    using namespace cute;
+    // Lane 0 alone waits, reads the coordinates and stores, so that its arrive on
+    // o_free orders its read before the warpgroup writes the next ones.
+    const bool leader = threadIdx.x % 32 == 0;
+    std::uint32_t full_phase = 0;
+    for (bool done = false; !done; full_phase ^= 1u) {
+      // Every consumer warpgroup runs the same tiles, so they stop together.
+      for (int w = 0; w < Traits::kConsumerWGs; ++w) {
+        TileCoord tile{};
+        if (leader) {
+          arch::mbarrier_wait(&smem.o_full[w], full_phase);
+          tile = smem.o_tile[w].tile;
+        }
+        if (__shfl_sync(0xffffffffu, tile.m_block, 0) < 0) {
+          done = true;
+        } else if (leader) {
+          issue_store(params, smem, tile, w);
+          tma_store_wait<0>();
+          arch::mbarrier_arrive(&smem.o_free[w]);
+        }
+      }
     }
   }
 
@@ -55,20 +120,40 @@ struct FwdEpilogue {
     }
   }
 
-  // Before the CTA exits (or reuses O's buffer for Q), the warpgroup's last store must
-  // have read it.
+  // O in Q's buffer: before the CTA exits or the buffer takes Q, the warpgroup's last
+  // store must have read it.
   __device__ static void drain(int tid) {
-    if constexpr (Traits::kCfg.o_store != OStore::kRegisters) {
+    if constexpr (Traits::kCfg.o_store == OStore::kQBuffer) {
       if (tid % 128 == 0) cute::tma_store_wait<0>();
     }
   }
 
  private:
-  template <class Params, class TensorO>
-  __device__ static void store_o_through_smem(const Params& params, typename Traits::SharedStorage& smem, int tid,
-                                              TileCoord tile, const TensorO& tOrO) {
+  // Hands the warpgroup's rows and o_tile to the store warp: once the barrier has
+  // ordered every thread's writes before it, the thread that wrote o_tile arrives.
+  __device__ static void publish(SharedStorage& smem, int wg, int wg_tid) {
+    barrier_sync(epilogue_barrier(wg), 128);
+    if (wg_tid == 0) arch::mbarrier_arrive(&smem.o_full[wg]);
+  }
+
+  // Issues the TMA store of consumer warpgroup w's rows of O (one thread).
+  template <class Params>
+  __device__ static void issue_store(const Params& params, SharedStorage& smem, TileCoord tile, int w) {
     using namespace cute;
     const FwdParams& p = params.p;
+    Tensor sO = make_tensor(make_smem_ptr(smem.o_buffer(w)), typename Traits::SmemLayoutO{});
+    Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
+    Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<_64, D>{},
+                           make_coord(tile.m_block * Traits::kConsumerWGs + w, _0{}));
+    auto thr_tma = params.tma_o.get_slice(_0{});
+    copy(params.tma_o, thr_tma.partition_S(sO), thr_tma.partition_D(gO));
+    tma_store_arrive();
+  }
+
+  template <class Params, class TensorO>
+  __device__ static void store_o_through_smem(const Params& params, SharedStorage& smem, State& state, int tid,
+                                              TileCoord tile, const TensorO& tOrO) {
+    using namespace cute;
     const int wg = tid / 128;
     const int wg_tid = tid % 128;
     Tensor sO = make_tensor(make_smem_ptr(smem.o_buffer(wg)), typename Traits::SmemLayoutO{});
@@ -78,24 +163,26 @@ struct FwdEpilogue {
     Tensor tRrO = thr_copy.retile_S(rO);
     Tensor tRsO = thr_copy.partition_D(sO);
 
-    // When O's buffer is Q's, every other warpgroup must be done reading Q (they
-    // arrive once their last Q·Kᵀ has completed).
-    if constexpr (Traits::kCfg.o_store == OStore::kQBuffer) barrier_sync(query_read_barrier(wg), kConsumerThreads);
-    // The buffer is free once this warpgroup's previous store has read it; only the
-    // thread that issued it can tell, and the barrier publishes it.
-    if (wg_tid == 0) tma_store_wait<0>();
-    barrier_sync(epilogue_barrier(wg), 128);
-    copy(copy_o, tRrO, tRsO);
-    // Generic-proxy writes must be visible to the TMA (async proxy) before it reads.
-    cutlass::arch::fence_view_async_shared();
-    barrier_sync(epilogue_barrier(wg), 128);
-    if (wg_tid == 0) {
-      Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
-      Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<_64, D>{},
-                             make_coord(tile.m_block * Traits::kConsumerWGs + wg, _0{}));
-      auto thr_tma = params.tma_o.get_slice(_0{});
-      copy(params.tma_o, thr_tma.partition_S(sO), thr_tma.partition_D(gO));
-      tma_store_arrive();
+    if constexpr (kStoreWarp) {
+      arch::mbarrier_wait(&smem.o_free[wg], state.free_phase);
+      state.free_phase ^= 1u;
+      copy(copy_o, tRrO, tRsO);
+      if (wg_tid == 0) smem.o_tile[wg].tile = tile;
+      // Generic-proxy writes must be visible to the TMA (async proxy) before it reads.
+      cutlass::arch::fence_view_async_shared();
+      publish(smem, wg, wg_tid);
+    } else {
+      // O in Q's buffer: every other warpgroup must be done reading Q (they arrive once
+      // their last Q·Kᵀ has completed), and this warpgroup's previous store must have
+      // read it; only the thread that issued that store can tell, and the barrier
+      // publishes it.
+      barrier_sync(query_read_barrier(wg), kConsumerThreads);
+      if (wg_tid == 0) tma_store_wait<0>();
+      barrier_sync(epilogue_barrier(wg), 128);
+      copy(copy_o, tRrO, tRsO);
+      cutlass::arch::fence_view_async_shared();
+      barrier_sync(epilogue_barrier(wg), 128);
+      if (wg_tid == 0) issue_store(params, smem, tile, wg);
     }
   }
 

@@ -2,7 +2,8 @@
 // loop, and the handshakes between roles.
 //
 // Warpgroup 0 is the producer (one warp picks tiles and issues every TMA load; it
-// keeps few registers); warpgroups 1.. are consumers, each owning 64 query rows of
+// keeps few registers; with O's own buffer a second warp issues O's TMA stores, see
+// hopper/epilogue.cuh); warpgroups 1.. are consumers, each owning 64 query rows of
 // the tile. Handshakes, all mbarrier rings (full: TMA bytes landed; empty: the
 // consumers done with the stage):
 //   K, V : one stage per key block.
@@ -64,6 +65,7 @@ struct FwdKernel {
       QPipeline::init(smem.q_pipe, kConsumerThreads);
       Pipeline::init(smem.k_pipe, kConsumerThreads / 32);
       Pipeline::init(smem.v_pipe, kConsumerThreads / 32);
+      FwdEpilogue<Traits>::init(smem);
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();
@@ -76,7 +78,11 @@ struct FwdKernel {
 
     if (warp_group == 0) {
       cutlass::arch::warpgroup_reg_dealloc<Traits::kCfg.producer_regs>();
-      if (warp == 0) produce(params, smem, q_pipe, k_pipe, v_pipe, scheduler, mask);
+      if (warp == 0) {
+        produce(params, smem, q_pipe, k_pipe, v_pipe, scheduler, mask);
+      } else if (warp == 1 && FwdEpilogue<Traits>::kStoreWarp) {
+        FwdEpilogue<Traits>::run_store_warp(params, smem);
+      }
     } else {
       cutlass::arch::warpgroup_reg_alloc<Traits::kCfg.consumer_regs>();
       consume(params, smem, q_pipe, k_pipe, v_pipe, mask, static_cast<int>(threadIdx.x) - 128);
@@ -130,6 +136,7 @@ struct FwdKernel {
     // lie between that tile's end and this tile's first Q·Kᵀ.
     constexpr bool kQEarly = Traits::kCfg.q_registers && !kOInQ;
     FwdConsumer<Traits, Mask> consumer(tid);
+    typename Epilogue::State epilogue_state;
     Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::D>{});
     auto q_frag = consumer.q_fragment(smem);
     // Waits for stage `st` of Q and returns its tile; with Q in registers also loads
@@ -137,7 +144,7 @@ struct FwdKernel {
     // warpgroups may write O there).
     const auto next_tile = [&](const QState& st) {
       q_pipe.consumer_wait_for_data(st);
-      const TileCoord tile = smem.tile[st.index];
+      const TileCoord tile = smem.tile[st.index].tile;
       if constexpr (Traits::kCfg.q_registers) {
         if (tile.m_block >= 0) {
           consumer.load_q(smem, st.index, q_frag);
@@ -185,7 +192,7 @@ struct FwdKernel {
                         q_read, last_pv_issued);
       auto o = rowcol_view(tOrO);
       rescale_rows(o, inv_sum);
-      Epilogue::store_o(params, smem, tid, tile, tOrO);
+      Epilogue::store_o(params, smem, epilogue_state, tid, tile, tOrO);
       if constexpr (kOInQ) {
         // Q's buffer is free once this warpgroup's store has read its rows of O; the
         // thread that drains the store arrives after the drain.
@@ -196,7 +203,7 @@ struct FwdKernel {
       q_state = next_state;
       tile = next;
     }
-    Epilogue::drain(tid);
+    Epilogue::finish(smem, epilogue_state, tid);
   }
 };
 

@@ -96,7 +96,7 @@ struct FwdProducer {
     // The coordinates are written after the stage is free and before the arrival
     // publishes them.
     arch::compiler_barrier();
-    smem.tile[q_state.index] = tile;
+    smem.tile[q_state.index].tile = tile;
     arch::compiler_barrier();
     if (valid) {
       const FwdParams& p = params.p;

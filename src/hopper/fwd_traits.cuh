@@ -129,7 +129,12 @@ struct FwdTraits {
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
     alignas(1024) Element o[kCfg.o_store == OStore::kOwnBuffer ? kConsumerWGs * kOElemsPerWG : 1];
-    TileCoord tile[kQStages];  // the tile whose Q a stage of q_pipe holds; m_block < 0: no more tiles
+    TileSlot tile[kQStages];  // the tile whose Q a stage of q_pipe holds; m_block < 0: no more tiles
+    // O's own buffer (hopper/epilogue.cuh): each consumer warpgroup's tile for the store
+    // warp, and the barriers that hand its rows to the store warp and back.
+    TileSlot o_tile[kConsumerWGs];
+    std::uint64_t o_full[kConsumerWGs];
+    std::uint64_t o_free[kConsumerWGs];
     typename QPipeline::Storage q_pipe;
     typename Pipeline::Storage k_pipe;
     typename Pipeline::Storage v_pipe;

@@ -29,6 +29,13 @@ struct TileCoord {
   int batch;
 };
 
+// A TileCoord handed between roles through shared memory. Slots are 16 bytes apart so
+// that the compiler's 16-byte load of one never reads part of its neighbour, which
+// another role may be writing at that moment.
+struct alignas(16) TileSlot {
+  TileCoord tile;
+};
+
 template <bool kCausal>
 struct TileScheduler {
   static constexpr bool kDynamic = kCausal;

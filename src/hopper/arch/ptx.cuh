@@ -43,6 +43,14 @@ __device__ __forceinline__ void mbarrier_wait(const std::uint64_t* bar, std::uin
       : "memory");
 }
 
+// Arrives on the mbarrier (release: this thread's earlier accesses are ordered before
+// the phase completes). Unlike CUTLASS's arrive it is also a compiler memory barrier,
+// so that a shared-memory store just before it is not sunk below it.
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
+  const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+
 // Keeps the compiler from moving memory accesses across this point (no instruction).
 __device__ __forceinline__ void compiler_barrier() { asm volatile("" ::: "memory"); }
 
