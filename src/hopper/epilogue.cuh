@@ -3,13 +3,14 @@
 // straight from registers (16-byte stores after a transpose inside each quad), as the
 // configuration's OStore says; LSE is written per row.
 //
-// With O's own buffer a warp of the producer warpgroup issues the TMA stores: each
-// consumer warpgroup writes its rows and the tile's coordinates, hands them over
-// through its o_full mbarrier and goes on to the next tile; the store warp waits
-// there, stores the rows, waits until the store has read them and arrives on the
-// warpgroup's o_free mbarrier, which the warpgroup waits on before it writes its rows
-// again. Issuing and waiting for the store then stay off the consumers' way from one
-// tile to the next. Coordinates with m_block -1 tell the store warp to stop.
+// With O's own buffer a warp of the producer warpgroup does the global stores: each
+// consumer warpgroup writes its rows of O and LSE and the tile's coordinates to shared
+// memory, hands them over through its o_full mbarrier and goes on to the next tile;
+// the store warp waits there, issues O's TMA store, stores LSE, waits until the TMA
+// has read O and arrives on the warpgroup's o_free mbarrier, which the warpgroup waits
+// on before it writes its rows again. Address arithmetic, the stores and the wait for
+// them then stay off the consumers' way from one tile to the next. Coordinates with
+// m_block -1 tell the store warp to stop.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -39,25 +40,27 @@ struct FwdEpilogue {
     std::uint32_t free_phase = 1;
   };
 
-  // One thread, before the CTA's first __syncthreads. Each barrier counts one arrival.
+  // One thread, before the CTA's first __syncthreads. o_full counts the arrivals of
+  // the warpgroup's 128 threads, o_free those of the store warp's 32 lanes.
   __device__ static void init(SharedStorage& smem) {
     if constexpr (kStoreWarp) {
       for (int w = 0; w < Traits::kConsumerWGs; ++w) {
-        cutlass::arch::ClusterBarrier::init(&smem.o_full[w], 1);
-        cutlass::arch::ClusterBarrier::init(&smem.o_free[w], 1);
+        cutlass::arch::ClusterBarrier::init(&smem.o_full[w], 128);
+        cutlass::arch::ClusterBarrier::init(&smem.o_free[w], 32);
       }
     }
   }
 
   // Stores the tile's O; `tOrO` is normalized. Every thread of each consumer warpgroup
-  // calls it; a warpgroup stores its own 64 rows without waiting for the others.
-  template <class Params, class TensorO>
+  // calls it; a warpgroup stores its own 64 rows without waiting for the others. `lse`
+  // is this thread's rows' LSE, stored here with the store warp (else by store_lse).
+  template <class Params, class TensorO, int kRows>
   __device__ static void store_o(const Params& params, SharedStorage& smem, State& state, int tid, TileCoord tile,
-                                 const TensorO& tOrO) {
+                                 const TensorO& tOrO, const float (&lse)[kRows]) {
     if constexpr (Traits::kCfg.o_store == OStore::kRegisters) {
       store_o_from_registers(params.p, tid, tile, tOrO);
     } else {
-      store_o_through_smem(params, smem, state, tid, tile, tOrO);
+      store_o_through_smem(params, smem, state, tid, tile, tOrO, lse);
     }
   }
 
@@ -67,54 +70,60 @@ struct FwdEpilogue {
       const int wg = tid / 128;
       arch::mbarrier_wait(&smem.o_free[wg], state.free_phase);
       if (tid % 128 == 0) smem.o_tile[wg].tile = TileCoord{-1, 0, 0};
-      publish(smem, wg, tid % 128);
+      publish(smem, wg);
     } else if constexpr (Traits::kCfg.o_store == OStore::kQBuffer) {
       drain(tid);
     }
   }
 
   // The store warp's loop (one warp of the producer warpgroup), with O's own buffer.
+  // Every lane waits on o_full and arrives on o_free itself, so that each lane's reads
+  // of the shared buffers are ordered before the warpgroup writes them again.
   template <class Params>
   __device__ static void run_store_warp(const Params& params, SharedStorage& smem) {
     using namespace cute;
-    // Lane 0 alone waits, reads the coordinates and stores, so that its arrive on
-    // o_free orders its read before the warpgroup writes the next ones.
-    const bool leader = threadIdx.x % 32 == 0;
+    const FwdParams& p = params.p;
+    const int lane = threadIdx.x % 32;
     std::uint32_t full_phase = 0;
     for (bool done = false; !done; full_phase ^= 1u) {
       // Every consumer warpgroup runs the same tiles, so they stop together.
       for (int w = 0; w < Traits::kConsumerWGs; ++w) {
-        TileCoord tile{};
-        if (leader) {
-          arch::mbarrier_wait(&smem.o_full[w], full_phase);
-          tile = smem.o_tile[w].tile;
-        }
-        if (__shfl_sync(0xffffffffu, tile.m_block, 0) < 0) {
+        arch::mbarrier_wait(&smem.o_full[w], full_phase);
+        const TileCoord tile = smem.o_tile[w].tile;
+        if (tile.m_block < 0) {
           done = true;
-        } else if (leader) {
-          issue_store(params, smem, tile, w);
-          tma_store_wait<0>();
-          arch::mbarrier_arrive(&smem.o_free[w]);
+          continue;
         }
+        if (lane == 0) issue_store(params, smem, tile, w);
+        if (p.lse != nullptr) {
+          float* lse = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
+          CUTE_UNROLL
+          for (int i = lane; i < 64; i += 32) {
+            const int row = tile.m_block * Traits::kBlockM + w * 64 + i;
+            if (row < p.seqlen_q) lse[row * p.lse_row_stride] = smem.o_lse[w * 64 + i];
+          }
+        }
+        // The phase completes with lane 0's arrival, after the TMA has read O.
+        if (lane == 0) tma_store_wait<0>();
+        arch::mbarrier_arrive(&smem.o_free[w]);
       }
     }
   }
 
   // Stores the LSE of this thread's rows (those of the S fragment), if the caller asked
-  // for it. Every consumer thread calls it.
+  // for it. Every consumer thread calls it. With the store warp the LSE goes to shared
+  // memory with O instead (store_o).
   template <int kRows>
   __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const float (&lse)[kRows]) {
     using namespace cute;
-    if (p.lse != nullptr && tid % 4 == 0) {
-      // Quad leaders hold complete row statistics.
-      typename Traits::TiledMmaQK mma_qk;
-      Tensor tScS = mma_qk.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<BM, BN>{}));
-      auto coord = rowcol_view(tScS);
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const int row = tile.m_block * Traits::kBlockM + get<0>(coord(r, 0));
-        if (row < p.seqlen_q) {
-          p.lse[tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride + row * p.lse_row_stride] = lse[r];
+    if constexpr (!kStoreWarp) {
+      if (p.lse != nullptr && tid % 4 == 0) {
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          const int row = tile.m_block * Traits::kBlockM + lse_row(tid, r);
+          if (row < p.seqlen_q) {
+            p.lse[tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride + row * p.lse_row_stride] = lse[r];
+          }
         }
       }
     }
@@ -129,12 +138,10 @@ struct FwdEpilogue {
   }
 
  private:
-  // Hands the warpgroup's rows and o_tile to the store warp: once the barrier has
-  // ordered every thread's writes before it, the thread that wrote o_tile arrives.
-  __device__ static void publish(SharedStorage& smem, int wg, int wg_tid) {
-    barrier_sync(epilogue_barrier(wg), 128);
-    if (wg_tid == 0) arch::mbarrier_arrive(&smem.o_full[wg]);
-  }
+  // Hands the warpgroup's rows of O and LSE and o_tile to the store warp. Every thread
+  // arrives after its own writes, so that each write is ordered before the store warp's
+  // reads by the writer's own release (not through a barrier and another thread's).
+  __device__ static void publish(SharedStorage& smem, int wg) { arch::mbarrier_arrive(&smem.o_full[wg]); }
 
   // Issues the TMA store of consumer warpgroup w's rows of O (one thread).
   template <class Params>
@@ -150,9 +157,17 @@ struct FwdEpilogue {
     tma_store_arrive();
   }
 
-  template <class Params, class TensorO>
+  // The row of the tile (0 .. kBlockM-1) of this thread's r-th row of the S fragment.
+  __device__ static int lse_row(int tid, int r) {
+    using namespace cute;
+    typename Traits::TiledMmaQK mma_qk;
+    Tensor tScS = mma_qk.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<BM, BN>{}));
+    return get<0>(rowcol_view(tScS)(r, 0));
+  }
+
+  template <class Params, class TensorO, int kRows>
   __device__ static void store_o_through_smem(const Params& params, SharedStorage& smem, State& state, int tid,
-                                              TileCoord tile, const TensorO& tOrO) {
+                                              TileCoord tile, const TensorO& tOrO, const float (&lse)[kRows]) {
     using namespace cute;
     const int wg = tid / 128;
     const int wg_tid = tid % 128;
@@ -167,10 +182,15 @@ struct FwdEpilogue {
       arch::mbarrier_wait(&smem.o_free[wg], state.free_phase);
       state.free_phase ^= 1u;
       copy(copy_o, tRrO, tRsO);
+      if (params.p.lse != nullptr && tid % 4 == 0) {
+        // Quad leaders hold complete row statistics.
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) smem.o_lse[lse_row(tid, r)] = lse[r];
+      }
       if (wg_tid == 0) smem.o_tile[wg].tile = tile;
       // Generic-proxy writes must be visible to the TMA (async proxy) before it reads.
       cutlass::arch::fence_view_async_shared();
-      publish(smem, wg, wg_tid);
+      publish(smem, wg);
     } else {
       // O in Q's buffer: every other warpgroup must be done reading Q (they arrive once
       // their last Q·Kᵀ has completed), and this warpgroup's previous store must have

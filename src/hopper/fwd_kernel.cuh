@@ -181,9 +181,9 @@ struct FwdKernel {
       next_state.advance();
       TileCoord next{};
       float inv_sum[2];
+      float lse[2];
       // While the last P·V runs: the row statistics, LSE's store, and the next tile's Q.
       const auto last_pv_issued = [&] {
-        float lse[2];
         softmax.finish(params.p.softmax_scale, inv_sum, lse);
         Epilogue::store_lse(params.p, tid, tile, lse);
         if constexpr (kQEarly) next = next_tile(next_state);
@@ -192,7 +192,7 @@ struct FwdKernel {
                         q_read, last_pv_issued);
       auto o = rowcol_view(tOrO);
       rescale_rows(o, inv_sum);
-      Epilogue::store_o(params, smem, epilogue_state, tid, tile, tOrO);
+      Epilogue::store_o(params, smem, epilogue_state, tid, tile, tOrO, lse);
       if constexpr (kOInQ) {
         // Q's buffer is free once this warpgroup's store has read its rows of O; the
         // thread that drains the store arrives after the drain.

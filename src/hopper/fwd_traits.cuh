@@ -130,8 +130,10 @@ struct FwdTraits {
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
     alignas(1024) Element o[kCfg.o_store == OStore::kOwnBuffer ? kConsumerWGs * kOElemsPerWG : 1];
     TileSlot tile[kQStages];  // the tile whose Q a stage of q_pipe holds; m_block < 0: no more tiles
-    // O's own buffer (hopper/epilogue.cuh): each consumer warpgroup's tile for the store
-    // warp, and the barriers that hand its rows to the store warp and back.
+    // O's own buffer (hopper/epilogue.cuh): the tile's LSE and each consumer
+    // warpgroup's tile for the store warp, and the barriers that hand a warpgroup's rows
+    // to the store warp and back.
+    float o_lse[kCfg.o_store == OStore::kOwnBuffer ? kBlockM : 1];
     TileSlot o_tile[kConsumerWGs];
     std::uint64_t o_full[kConsumerWGs];
     std::uint64_t o_free[kConsumerWGs];
