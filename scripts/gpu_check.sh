@@ -129,6 +129,19 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
         echo "== racecheck, several tiles per CTA, hdim $hd"
         compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $many || exit 1
       done
+      # Non-causal head dims 128 and 256 also have CTA pairs that share K/V loads
+      # (the dispatcher's choice from 4096 keys), run by name: 300 queries make three
+      # query blocks, so one pair has a block past the sequence end.
+      odd="--seqlen-q 300 --seqlen-k 211 --nheads 4 --nheads-kv 2 --iters 1 --warmup 0 --check-rows 8"
+      for pair in 128:128x128-c2 256:128x80-c2; do
+        hd=${pair%%:*}
+        [[ ";$head_dims;" == *";$hd;"* ]] || continue
+        for run in "memcheck:$odd" "racecheck:$odd" "racecheck:$many"; do
+          echo "== ${run%%:*} hdim $hd, kernel ${pair#*:}: ${run#*:}"
+          compute-sanitizer --tool "${run%%:*}" --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" \
+            --kernel "${pair#*:}" ${run#*:} || exit 1
+        done
+      done
       echo "== synccheck"
       compute-sanitizer --tool synccheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small --causal || exit 1
     ) >"$out/sanitizer.log" 2>&1

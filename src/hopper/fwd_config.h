@@ -20,13 +20,15 @@ enum class OStore {
 
 // The CTA tile: query rows (64 per consumer warpgroup) by keys per K/V block, the
 // epilogue's path for O, the K/V ring depth and the number of Q buffers (0: chosen by
-// fwd_config).
+// fwd_config), and the CTAs per cluster that share each K/V load (0 or 1: none;
+// non-causal only).
 struct FwdTile {
   int block_m;
   int block_n;
   OStore o_store = OStore::kAuto;
   int stages = 0;
   int q_stages = 0;
+  int cluster = 0;
 };
 
 struct FwdConfig {
@@ -42,6 +44,7 @@ struct FwdConfig {
   bool lazy_rescale;       // move a row's softmax reference only on large growth (softmax.cuh)
   bool skip_blocks;        // a warpgroup skips the key blocks its rows do not see (fwd_mainloop.cuh)
   bool q_registers;        // Q·Kᵀ reads Q from registers, loaded once per tile (fwd_mainloop.cuh)
+  int cluster_m;           // CTAs of a cluster, on consecutive query blocks, sharing each K/V load
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   // Registers per thread at launch: the register file split evenly, in units of 8.
@@ -115,8 +118,16 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   // warpgroups at 160 spilled 96 bytes with it at head dim 64, and the hdim 192 kernel,
   // O in registers at 240, spilled 32.
   const bool q_registers = head_dim <= 128 && wgs == 2;
+  // Every query block of a head reads all of its K/V from L2: about 5 TB/s at 650
+  // TFLOP/s, whose energy lowers the clock under the power cap. Two CTAs on
+  // neighbouring query blocks of a head halve that by sharing each load (TMA
+  // multicast), at the price of running in step: +2-3 % at head dims 128 and 256 from
+  // 4k keys, behind at 512-1k and at head dim 64 (docs/perf-log.md). The dispatcher
+  // picks such tiles by key length; causal neighbours see different key blocks, so
+  // only non-causal tiles pair up.
+  const int cluster_m = tile.cluster > 1 ? tile.cluster : 1;
   return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
-                   lazy_rescale, skip_blocks, q_registers};
+                   lazy_rescale, skip_blocks, q_registers, cluster_m};
 }
 
 }  // namespace fa3::hopper

@@ -7,8 +7,9 @@
 namespace fa3::hopper {
 
 // One launcher per compiled (dtype, head dim, mask, tile), defined in generated files.
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages) \
-  Status fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages(const FwdParams&, cudaStream_t);
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster)          \
+  Status fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages##_##cluster( \
+      const FwdParams&, cudaStream_t);
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
 
@@ -29,6 +30,12 @@ std::vector<FwdTile> preferred_tiles(const Problem& p) {
     // more per key than they save per tile).
     return {{256, 64}, {192, 128}};
   }
+  if (!p.causal && p.seqlen_k >= 4096 && (p.head_dim == 128 || p.head_dim == 256)) {
+    // Long rows of keys: CTA pairs sharing each K/V load halve the L2 traffic that
+    // costs clock under the power cap (+1-3 % from 4k keys); on shorter rows running
+    // in step costs more than that saves (512-1k: 1-5 % behind).
+    return {{128, p.head_dim == 128 ? 128 : 80, OStore::kAuto, 0, 0, 2}};
+  }
   return {};
 }
 
@@ -42,17 +49,18 @@ std::string FwdKernelEntry::name() const {
   }
   if (tile.stages != 0) name += "-kv" + std::to_string(tile.stages);
   if (tile.q_stages != 0) name += "-q" + std::to_string(tile.q_stages);
+  if (tile.cluster > 1) name += "-c" + std::to_string(tile.cluster);
   return name;
 }
 
 const std::vector<FwdKernelEntry>& fwd_kernels() {
   static const std::vector<FwdKernelEntry> kernels = {
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages)         \
+#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster) \
   {dtype_from_name(#dtype),                                                                       \
    hdim,                                                                                          \
    std::string(#mask) == "causal",                                                                \
-   {bm, bn, OStore::ostore_kind, stages, qstages},                                                \
-   &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages},
+   {bm, bn, OStore::ostore_kind, stages, qstages, cluster},                                       \
+   &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages##_##cluster},
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
   };
@@ -84,7 +92,8 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
   const std::vector<FwdTile> order = preferred_tiles(p);
   auto rank = [&](const FwdKernelEntry* k) {
     const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) {
-      return t.block_m == k->tile.block_m && t.block_n == k->tile.block_n;
+      return t.block_m == k->tile.block_m && t.block_n == k->tile.block_n &&
+             std::max(t.cluster, 1) == std::max(k->tile.cluster, 1);
     });
     return it - order.begin();
   };

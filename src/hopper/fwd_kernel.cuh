@@ -18,8 +18,13 @@
 //          its own thread's reads.
 //          With two stages the producer announces each tile while the previous one
 //          runs, so its Q is there when the consumers get to it.
+// Kernels of paired tiles (FwdConfig::cluster_m, non-causal only) run clusters of two
+// CTAs on neighbouring query blocks of the same head, which see the same key blocks in
+// the same order: each CTA loads half of every K/V stage and multicasts it to both
+// (pipeline.cuh).
 #pragma once
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -68,7 +73,14 @@ struct FwdKernel {
       FwdEpilogue<Traits>::init(smem);
       cutlass::arch::fence_barrier_init();
     }
-    __syncthreads();
+    // With a cluster, the other CTAs' loads and arrivals reach this CTA's barriers:
+    // none may start before every CTA has initialised its own.
+    if constexpr (Traits::kCluster > 1) {
+      cute::cluster_arrive_relaxed();
+      cute::cluster_wait();
+    } else {
+      __syncthreads();
+    }
 
     QPipeline q_pipe{&smem.q_pipe};
     Pipeline k_pipe{&smem.k_pipe};
@@ -90,6 +102,13 @@ struct FwdKernel {
   }
 
  private:
+  // The key blocks a tile runs: those of its cluster's first query block, so that every
+  // CTA of the cluster loads and runs the same ones (a query block past the sequence
+  // end, which pads a head's blocks to the cluster size, would otherwise see none).
+  __device__ static int tile_key_blocks(const Mask& mask, int m_block) {
+    return mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(m_block / Traits::kCluster * Traits::kCluster);
+  }
+
   __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
                                  Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask) {
     constexpr bool kQAhead = Traits::kQStages > 1;
@@ -112,7 +131,7 @@ struct FwdKernel {
           // first K/V loads.
           next = scheduler.next(t, params.tile_counter);
           const TileCoord tile = scheduler.coord(t);
-          const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
+          const int n_end = tile_key_blocks(mask, tile.m_block);
           producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, n_end);
           producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
           producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, n_end);
@@ -123,6 +142,7 @@ struct FwdKernel {
       if (!valid) break;
       t = __shfl_sync(0xffffffffu, next, 0);
     }
+    if (leader) producer.drain(k_pipe, v_pipe);
   }
 
   __device__ static void consume(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
@@ -162,7 +182,7 @@ struct FwdKernel {
     QState q_state;
     TileCoord tile = next_tile(q_state);
     while (tile.m_block >= 0) {
-      const int n_end = mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(tile.m_block);
+      const int n_end = tile_key_blocks(mask, tile.m_block);
       OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(params.p.softmax_scale_log2);
       // Once this warpgroup's last Q·Kᵀ from shared memory has completed: with O
       // elsewhere, Q's stage may take the next tile's Q; with O in Q's buffer, the other

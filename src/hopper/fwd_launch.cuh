@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -35,12 +36,35 @@ inline Status cuda_status(cudaError_t err, const char* what) {
   return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
 }
 
+// How many clusters of `config` can be resident at once on the current device: not
+// always the SM count over the cluster size, since a cluster's CTAs must share a GPC.
+// Asked once per kernel and device (the answer does not change) and then remembered.
+template <class KernelFn>
+Status max_active_clusters(KernelFn kernel, const cudaLaunchConfig_t& config, int* clusters) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices] = {};
+  int device = 0;
+  Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice");
+  if (!st.is_ok()) return st;
+  const bool cached = device < kMaxDevices && known[device].load(std::memory_order_relaxed) > 0;
+  if (cached) {
+    *clusters = known[device].load(std::memory_order_relaxed);
+    return Status::ok();
+  }
+  st = cuda_status(cudaOccupancyMaxActiveClusters(clusters, kernel, &config), "cudaOccupancyMaxActiveClusters");
+  if (!st.is_ok()) return st;
+  if (*clusters <= 0) return {StatusCode::kCudaError, "the forward kernel's cluster does not fit on this GPU"};
+  if (device < kMaxDevices) known[device].store(*clusters, std::memory_order_relaxed);
+  return Status::ok();
+}
+
 }  // namespace detail
 
 template <class Element, int kHeadDim, class Mask, FwdTile kTile>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
   constexpr FwdConfig kCfg = fwd_config(kHeadDim, kTile);
+  static_assert(kCfg.cluster_m == 1 || !Mask::kCausal, "causal query blocks differ in key blocks: no shared loads");
   using Traits = FwdTraits<Element, kHeadDim, kCfg>;
   using Kernel = FwdKernel<Traits, Mask>;
   using Stride = typename Traits::GmemStride;
@@ -62,17 +86,21 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const Stride o_stride = strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.seqlen_q, p.nheads_q);
   const StrideVt vt_stride{_1{}, get<0>(v_stride), get<2>(v_stride), get<3>(v_stride)};
 
-  const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  // The CTAs of a cluster run neighbouring query blocks of one head: each head gets a
+  // multiple of the cluster size, the blocks past the sequence end computed and not
+  // stored (their Q loads read zeros, their O stores and LSE writes are cut off).
+  constexpr int kCluster = Traits::kCluster;
+  const int num_m_blocks = (p.seqlen_q + Traits::kBlockM * kCluster - 1) / (Traits::kBlockM * kCluster) * kCluster;
   typename Kernel::Params params{
       make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.q), qo_shape, q_stride),
                     take<0, 2>(typename Traits::SmemLayoutQ{}), Shape<typename Traits::BM, typename Traits::D>{},
                     _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.k), kv_shape, k_stride),
+      make_tma_copy(typename Traits::TmaKVOp{}, make_tensor(gmem(p.k), kv_shape, k_stride),
                     take<0, 2>(typename Traits::SmemLayoutK{}), Shape<typename Traits::BN, typename Traits::D>{},
-                    _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.v), vt_shape, vt_stride),
+                    typename Traits::Cluster{}),
+      make_tma_copy(typename Traits::TmaKVOp{}, make_tensor(gmem(p.v), vt_shape, vt_stride),
                     take<0, 2>(typename Traits::SmemLayoutVt{}), Shape<typename Traits::D, typename Traits::BN>{},
-                    _1{}),
+                    typename Traits::Cluster{}),
       make_tma_copy(SM90_TMA_STORE{}, make_tensor(gmem(p.out), qo_shape, o_stride), typename Traits::SmemLayoutO{},
                     Shape<_64, typename Traits::D>{}, _1{}),
       p,
@@ -87,7 +115,6 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   if (tiles > INT32_MAX - std::max(p.num_sms, 1)) {
     return {StatusCode::kInvalidArgument, "problem too large: about 2^31 query tiles or more"};
   }
-  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(p.num_sms, 1)));
   auto kernel = fwd_kernel<Kernel>;
   // The attribute is per function and per device; setting it every call costs little
   // next to a launch and stays correct when the caller switches devices.
@@ -95,13 +122,35 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
       "cudaFuncSetAttribute(max dynamic shared memory)");
   if (!st.is_ok()) return st;
+  cudaLaunchAttribute cluster_attr{};
+  cluster_attr.id = cudaLaunchAttributeClusterDimension;
+  cluster_attr.val.clusterDim.x = kCluster;
+  cluster_attr.val.clusterDim.y = 1;
+  cluster_attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(Traits::kThreads);
+  config.dynamicSmemBytes = Traits::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &cluster_attr;
+  config.numAttrs = kCluster > 1 ? 1 : 0;
+  // One CTA per SM, as far as whole clusters can be resident at once (the tile count
+  // is a multiple of the cluster size).
+  std::int64_t resident = std::max(p.num_sms, kCluster);
+  if constexpr (kCluster > 1) {
+    config.gridDim = dim3(static_cast<unsigned>(resident / kCluster * kCluster));
+    int clusters = 0;
+    st = detail::max_active_clusters(kernel, config, &clusters);
+    if (!st.is_ok()) return st;
+    resident = std::min<std::int64_t>(resident / kCluster, clusters) * kCluster;
+  }
+  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, resident));
+  config.gridDim = dim3(static_cast<unsigned>(grid));
   if constexpr (Kernel::Scheduler::kDynamic) {
     const Status acquired = acquire_tile_counter(stream, &counter);
     if (!acquired.is_ok()) return acquired;
     params.tile_counter = counter.ptr;
   }
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  const Status launched = detail::cuda_status(cudaGetLastError(), "forward kernel launch");
+  const Status launched = detail::cuda_status(cudaLaunchKernelEx(&config, kernel, params), "forward kernel launch");
   const Status released = release_tile_counter(counter, stream);
   return launched.is_ok() ? released : launched;
 }

@@ -81,6 +81,15 @@ struct FwdProducer {
     });
   }
 
+  // With a cluster, after the last tile: waits until the consumers of every CTA have
+  // released every K/V stage this CTA filled (TmaPipeline::producer_drain).
+  __device__ void drain(Pipeline& k_pipe, Pipeline& v_pipe) {
+    if constexpr (Traits::kCluster > 1) {
+      k_pipe.producer_drain(k_state);
+      v_pipe.producer_drain(v_state);
+    }
+  }
+
   // Announces tile `t` in the next Q stage once the consumers have freed it: its
   // coordinates, then its Q load, whose landing completes the stage. Past the last tile
   // the stage completes with coordinates alone (m_block -1), which tell the consumers to
@@ -117,12 +126,23 @@ struct FwdProducer {
   __device__ __forceinline__ void load_kv(const Params& params, Pipeline& k_pipe, Pipeline& v_pipe, GK& tKgK,
                                           SK& tKsK, GV& tVgV, SV& tVsV, int n) {
     using namespace cute;
+    // A stage is full when all of it has landed: this CTA's part and the other CTAs'.
     std::uint64_t* k_full = k_pipe.producer_acquire(k_state, Traits::kKVBytes);
-    copy(params.tma_k.with(*k_full), tKgK(_, n), tKsK(_, k_state.index));
+    copy(with_barrier(params.tma_k, *k_full), tKgK(_, n), tKsK(_, k_state.index));
     k_state.advance();
     std::uint64_t* v_full = v_pipe.producer_acquire(v_state, Traits::kKVBytes);
-    copy(params.tma_v.with(*v_full), tVgV(_, n), tVsV(_, v_state.index));
+    copy(with_barrier(params.tma_v, *v_full), tVgV(_, n), tVsV(_, v_state.index));
     v_state.advance();
+  }
+
+  // The executable TMA copy: with a cluster, multicast to all of its CTAs.
+  template <class Tma>
+  __device__ __forceinline__ static auto with_barrier(const Tma& tma, std::uint64_t& full) {
+    if constexpr (Traits::kCluster > 1) {
+      return tma.with(full, static_cast<std::uint16_t>((1u << Traits::kCluster) - 1));
+    } else {
+      return tma.with(full);
+    }
   }
 
   // Calls fn with the TMA-partitioned (global, shared) tensors of K and V for `tile`.
@@ -136,12 +156,15 @@ struct FwdProducer {
     Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
     Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), Shape<BN, D>{}, make_coord(_, _0{}));  // (BN, D, n)
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
-    auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    // This CTA's part of each stage (all of it without a cluster).
+    const int rank = Traits::kCluster > 1 ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
+    const Layout<typename Traits::Cluster> cluster{};
+    auto [tKgK, tKsK] = tma_partition(params.tma_k, rank, cluster, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
 
     Tensor mVt = params.tma_v.get_tma_tensor(make_shape(p.head_dim, p.seqlen_k, p.nheads_kv, p.batch));
     Tensor gVt = local_tile(mVt(_, _, head_kv, tile.batch), Shape<D, BN>{}, make_coord(_0{}, _));  // (D, BN, n)
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
-    auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    auto [tVgV, tVsV] = tma_partition(params.tma_v, rank, cluster, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 
     fn(tKgK, tKsK, tVgV, tVsV);
   }
@@ -164,12 +187,12 @@ struct FwdConsumer {
   typename Traits::TiledMmaPV mma_pv;
   int tid;  // index among consumer threads
   int wg;   // consumer warpgroup
-  bool lane0;
+  int lane;
   State k_state;
   State v_state;
 
   __device__ explicit FwdConsumer(int consumer_thread)
-      : tid(consumer_thread), wg(consumer_thread / 128), lane0(consumer_thread % 32 == 0) {}
+      : tid(consumer_thread), wg(consumer_thread / 128), lane(consumer_thread % 32) {}
 
   // Ping-pong: wait for this warpgroup's turn to issue GEMMs / hand the turn on.
   __device__ __forceinline__ void turn_wait() {
@@ -191,7 +214,7 @@ struct FwdConsumer {
   template <bool kFirst, class TensorS, class TensorC, class Softmax, int kRows>
   __device__ __forceinline__ bool scores_to_probs(Pipeline& k_pipe, const Mask& mask, TensorS& s, const TensorC& coord,
                                                   int m_block, int n, Softmax& softmax, float (&rescale)[kRows]) {
-    k_pipe.consumer_release(k_state, lane0);
+    k_pipe.consumer_release(k_state, lane);
     k_state.advance();
     if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
       apply_mask(mask, s, coord, m_block * Traits::kBlockM, n * Traits::kBlockN);
@@ -206,10 +229,10 @@ struct FwdConsumer {
     k_pipe.consumer_wait(k_state);
     turn_wait();
     turn_pass();
-    k_pipe.consumer_release(k_state, lane0);
+    k_pipe.consumer_release(k_state, lane);
     k_state.advance();
     v_pipe.consumer_wait(v_state);
-    v_pipe.consumer_release(v_state, lane0);
+    v_pipe.consumer_release(v_state, lane);
     v_state.advance();
   }
 
@@ -331,7 +354,7 @@ struct FwdConsumer {
       const bool grown = scores_to_probs<false>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      v_pipe.consumer_release(v_state, lane0);
+      v_pipe.consumer_release(v_state, lane);
       v_state.advance();
       if (grown) rescale_rows(o, rescale);
       convert_into(rP, tSrS);
@@ -345,7 +368,7 @@ struct FwdConsumer {
     last_pv_issued();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
-    v_pipe.consumer_release(v_state, lane0);
+    v_pipe.consumer_release(v_state, lane);
     v_state.advance();
   }
 };

@@ -7,6 +7,8 @@
 #include <cute/atom/copy_traits_sm90_tma.hpp>
 #include <cutlass/numeric_types.h>
 
+#include <type_traits>
+
 #include "hopper/fwd_config.h"
 #include "hopper/pipeline.cuh"
 #include "hopper/tile_scheduler.cuh"
@@ -44,6 +46,7 @@ struct FwdTraits {
   static constexpr int kConsumerWGs = kCfg.consumer_wgs;
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = kCfg.threads();
+  static constexpr int kCluster = kCfg.cluster_m;
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
   static_assert(kBlockM == 64 * kConsumerWGs, "each consumer warpgroup owns 64 query rows");
   static_assert(kBlockN % 16 == 0, "block_n is the K extent of the P·V GEMM");
@@ -107,17 +110,21 @@ struct FwdTraits {
 
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{},
                                             cute::take<0, 2>(SmemLayoutQ{}), cute::Shape<BM, D>{}, cute::_1{}));
-  using TmaK = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{},
-                                            cute::take<0, 2>(SmemLayoutK{}), cute::Shape<BN, D>{}, cute::_1{}));
-  using TmaV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStrideVt>{},
-                                            cute::take<0, 2>(SmemLayoutVt{}), cute::Shape<D, BN>{}, cute::_1{}));
+  // K and V: with a cluster, each CTA loads 1/kCluster of a stage (a contiguous part of
+  // its shared memory) and multicasts it to every CTA of the cluster.
+  using Cluster = cute::Int<kCluster>;
+  using TmaKVOp = std::conditional_t<(kCluster > 1), cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
+  using TmaK = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStride>{}, cute::take<0, 2>(SmemLayoutK{}),
+                                            cute::Shape<BN, D>{}, Cluster{}));
+  using TmaV = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStrideVt>{}, cute::take<0, 2>(SmemLayoutVt{}),
+                                            cute::Shape<D, BN>{}, Cluster{}));
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<GmemStride>{}, SmemLayoutO{},
                                             cute::Shape<cute::_64, D>{}, cute::_1{}));
 
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
 
-  using Pipeline = TmaPipeline<kStages>;
+  using Pipeline = TmaPipeline<kStages, kCluster>;
   // Q's buffers: a stage is full when its tile's Q has landed (or, with no load, when
   // its tile index says there are no more tiles) and empty once every consumer warp's
   // last read of it is complete.

@@ -1,5 +1,11 @@
 // fa3 — a shared-memory ring filled by TMA and drained by wgmma, guarded by one
 // "full" mbarrier (TMA transaction bytes) and one "empty" mbarrier per stage.
+//
+// With kCluster > 1 the CTAs of a cluster share the ring's loads: each CTA's producer
+// loads its part of every stage and the TMA multicasts it into the same stage of
+// every CTA of the cluster, so a stage is full once all parts have landed and may be
+// refilled only once the consumers of every CTA are done with it: each consumer warp
+// arrives on the stage's empty barrier in every CTA.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -24,7 +30,7 @@ struct StageState {
   }
 };
 
-template <int kStages>
+template <int kStages, int kCluster = 1>
 struct TmaPipeline {
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
@@ -35,11 +41,12 @@ struct TmaPipeline {
 
   Storage* storage;
 
-  // One thread initialises; `consumer_arrivals` arrivals free a stage.
+  // One thread initialises; `consumer_arrivals` arrivals from each CTA of the cluster
+  // free a stage.
   __device__ static void init(Storage& s, int consumer_arrivals) {
     for (int i = 0; i < kStages; ++i) {
       Barrier::init(&s.full[i], 1);
-      Barrier::init(&s.empty[i], consumer_arrivals);
+      Barrier::init(&s.empty[i], consumer_arrivals * kCluster);
     }
   }
 
@@ -78,9 +85,24 @@ struct TmaPipeline {
     arch::mbarrier_wait(&storage->full[st.index], st.phase);
   }
 
-  // One arrival per consumer warp (lane 0), after the warp's reads are complete.
-  __device__ __forceinline__ void consumer_release(const StageState<kStages>& st, bool lane0) {
-    if (lane0) Barrier::arrive(&storage->empty[st.index]);
+  // One arrival per consumer warp and CTA of the cluster, after the warp's reads are
+  // complete: lane c arrives on the stage's empty barrier in the cluster's CTA c.
+  __device__ __forceinline__ void consumer_release(const StageState<kStages>& st, int lane) {
+    if constexpr (kCluster == 1) {
+      if (lane == 0) Barrier::arrive(&storage->empty[st.index]);
+    } else {
+      if (lane < kCluster) arch::mbarrier_arrive_cluster(&storage->empty[st.index], lane);
+    }
+  }
+
+  // The producer's last act with a cluster: its CTA may exit only once no other CTA
+  // will arrive on its barriers any more, i.e. once every stage it filled has been
+  // released by the consumers of every CTA. `st` is the stage after the last one filled.
+  __device__ __forceinline__ void producer_drain(StageState<kStages> st) {
+    for (int i = 0; i < kStages; ++i) {
+      producer_wait(st);
+      st.advance();
+    }
   }
 
   // One arrival per consumer thread, for a ring whose empty barrier counts threads:

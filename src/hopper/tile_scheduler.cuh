@@ -8,6 +8,9 @@
 // a row": the CTAs running at one time share a few heads and their K/V stay in L2.
 //
 // Non-causal tiles are all alike: CTA c takes tiles c, c + grid, c + 2 grid, ...
+// With CTA pairs (FwdConfig::cluster_m) the grid and each head's query blocks are even
+// in number, so the two CTAs of a cluster (c even, c + 1) always run neighbouring
+// blocks of one head.
 // Causal tiles differ in length (query block m sees about m + 1 key blocks): groups
 // are sized for L2 and for balance (causal_heads_per_group), tiles inside a group go
 // longest first, and each CTA takes the next tile from a global counter when it

@@ -51,6 +51,23 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(addr) : "memory");
 }
 
+// mbarrier_arrive on the barrier at the same shared-memory offset in CTA `cta` of the
+// cluster (this CTA included). The release is the default one, at CTA scope: a
+// release at cluster scope costs a GPU-wide memory barrier (MEMBAR.ALL.GPU) per
+// arrival, and what the arrival announces, that this warp's GEMMs have finished
+// reading a stage, needs no ordering of its memory accesses beyond their completion.
+__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint64_t* bar, int cta) {
+  const auto addr = static_cast<std::uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n\t"
+      ".reg .b32 remote;\n\t"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n\t"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n\t"
+      "}" ::"r"(addr),
+      "r"(cta)
+      : "memory");
+}
+
 // Keeps the compiler from moving memory accesses across this point (no instruction).
 __device__ __forceinline__ void compiler_barrier() { asm volatile("" ::: "memory"); }
 

@@ -121,6 +121,13 @@ TEST(FwdConfig, QueryInRegistersForTwoWarpgroupsUpToHeadDim128) {
   }
 }
 
+TEST(FwdConfig, SharedKeyValueLoadsOnlyWhereTheTileAsks) {
+  for (const TileCase& t : tiles()) EXPECT_EQ(fwd_config(t.head_dim, t.tile).cluster_m, 1) << t.head_dim;
+  EXPECT_EQ(fwd_config(128, {128, 128, OStore::kAuto, 0, 0, 2}).cluster_m, 2);
+  EXPECT_EQ(fwd_config(256, {128, 80, OStore::kAuto, 0, 0, 2}).cluster_m, 2);
+  EXPECT_EQ(fwd_config(128, {128, 128, OStore::kAuto, 0, 0, 1}).cluster_m, 1);
+}
+
 TEST(FwdConfig, SecondQBufferWhereItFits) {
   // hdim 64-128: O keeps its own buffer and Q gets two (hdim 128: 2*32 + 2*2*32 + 32 KB).
   for (const TileCase& t : std::vector<TileCase>{{64, {192, 128}}, {64, {256, 64}}, {64, {128, 128}},

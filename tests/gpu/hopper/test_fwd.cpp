@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/gpu_test_util.h"
@@ -224,16 +225,21 @@ TEST(FwdGuards, BitwiseDeterministicOverManyRuns) {
 // Several tiles per CTA for every dtype, head dim and kernel, so that each reuses the
 // Q stages, K/V stages and O buffer of the tiles before it. Causal, tiles of every
 // length follow one another, and so do tiles without keys (more queries than keys:
-// the first 400 rows see none).
+// the first 400 rows see none). Non-causal, 300 queries make an odd number of
+// 128-row query blocks per head, so that the CTA pairs sharing K/V loads
+// (FwdConfig::cluster_m) pair each head's last block with one past the sequence end.
 TEST(FwdGuards, MoreTilesThanSms) {
   FA3_REQUIRE_HOPPER();
   for (const DType dtype : built_dtypes()) {
     for (const int d : build_info().head_dims) {
       for (bool causal : {false, true}) {
-        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " hdim " << d << (causal ? " causal" : ""));
-        Inputs in = make_inputs(dtype, {40, 700, 300, 2, 1}, d, causal, 11);
-        for (const std::string& kernel : kernels_for(in.args)) {
-          EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel), dtype)) << "kernel " << kernel;
+        for (const Shape& shape : {Shape{40, 700, 300, 2, 1}, Shape{40, 300, 700, 2, 1}}) {
+          SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " hdim " << d << (causal ? " causal" : "")
+                                          << " sq " << shape.seqlen_q);
+          Inputs in = make_inputs(dtype, shape, d, causal, 11);
+          for (const std::string& kernel : kernels_for(in.args)) {
+            EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel), dtype)) << "kernel " << kernel;
+          }
         }
       }
     }
@@ -337,6 +343,21 @@ TEST(FwdKernelChoice, HeadDim64TileFollowsKeyLength) {
     EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 1024, 2, 2}, 64, causal, 6).args).front(), "256x64");
     EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 1024, 1025, 2, 2}, 64, causal, 7).args).front(), "192x128");
     EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 4096, 2, 2}, 64, causal, 8).args).front(), "192x128");
+  }
+}
+
+// Non-causal head dims 128 and 256 run CTA pairs that share K/V loads from 4096 keys
+// on and single CTAs below (fwd_dispatch.cpp); causal ones never pair.
+TEST(FwdKernelChoice, SharedKeyValueLoadsFollowKeyLength) {
+  FA3_REQUIRE_HOPPER();
+  const auto& dims = build_info().head_dims;
+  const std::pair<int, std::string> cases[] = {{128, "128x128"}, {256, "128x80"}};
+  for (const auto& [d, tile] : cases) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
+    SCOPED_TRACE(testing::Message() << "hdim " << d);
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 512, 4096, 2, 2}, d, false, 5).args).front(), tile + "-c2");
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 4095, 2, 2}, d, false, 6).args).front(), tile);
+    EXPECT_NE(kernels_for(make_inputs(first_dtype(), {1, 4096, 4096, 2, 2}, d, true, 7).args).front(), tile + "-c2");
   }
 }
 
