@@ -44,15 +44,16 @@ Status max_active_clusters(KernelFn kernel, const cudaLaunchConfig_t& config, in
   constexpr int kMaxDevices = 64;
   static std::atomic<int> known[kMaxDevices] = {};
   int device = 0;
-  Status st = cuda_status(cudaGetDevice(&device), "cudaGetDevice");
-  if (!st.is_ok()) return st;
+  const Status got_device = cuda_status(cudaGetDevice(&device), "cudaGetDevice");
+  if (!got_device.is_ok()) return got_device;
   const bool cached = device < kMaxDevices && known[device].load(std::memory_order_relaxed) > 0;
   if (cached) {
     *clusters = known[device].load(std::memory_order_relaxed);
     return Status::ok();
   }
-  st = cuda_status(cudaOccupancyMaxActiveClusters(clusters, kernel, &config), "cudaOccupancyMaxActiveClusters");
-  if (!st.is_ok()) return st;
+  const Status asked =
+      cuda_status(cudaOccupancyMaxActiveClusters(clusters, kernel, &config), "cudaOccupancyMaxActiveClusters");
+  if (!asked.is_ok()) return asked;
   if (*clusters <= 0) return {StatusCode::kCudaError, "the forward kernel's cluster does not fit on this GPU"};
   if (device < kMaxDevices) known[device].store(*clusters, std::memory_order_relaxed);
   return Status::ok();
@@ -139,8 +140,8 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   if constexpr (kCluster > 1) {
     config.gridDim = dim3(static_cast<unsigned>(resident / kCluster * kCluster));
     int clusters = 0;
-    st = detail::max_active_clusters(kernel, config, &clusters);
-    if (!st.is_ok()) return st;
+    const Status sized = detail::max_active_clusters(kernel, config, &clusters);
+    if (!sized.is_ok()) return sized;
     resident = std::min<std::int64_t>(resident / kCluster, clusters) * kCluster;
   }
   const int grid = static_cast<int>(std::min<std::int64_t>(tiles, resident));
