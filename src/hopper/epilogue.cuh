@@ -40,8 +40,9 @@ struct FwdEpilogue {
     std::uint32_t free_phase = 1;
   };
 
-  // One thread, before the CTA's first __syncthreads. o_full counts the arrivals of
-  // the warpgroup's 128 threads, o_free those of the store warp's 32 lanes.
+  // One thread, before the CTA's (or cluster's) first barrier in fwd_kernel.cuh.
+  // o_full counts the arrivals of the warpgroup's 128 threads, o_free those of the
+  // store warp's 32 lanes.
   __device__ static void init(SharedStorage& smem) {
     if constexpr (kStoreWarp) {
       for (int w = 0; w < Traits::kConsumerWGs; ++w) {
