@@ -280,6 +280,41 @@ TEST(FwdGuards, CausalLaunchesOnTwoStreamsAtOnce) {
   for (cudaStream_t s : streams) FA3_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// A forward captured into a CUDA graph in global capture mode, as inference engines
+// capture, replays to the eager result for every kernel of the shape. The capture comes
+// first, so that the paired kernels' one-time occupancy query (hopper/fwd_launch.cuh)
+// runs while capturing; causal kernels run without their tile counter there.
+TEST(FwdGuards, CapturedIntoCudaGraph) {
+  FA3_REQUIRE_HOPPER();
+  for (bool causal : {false, true}) {
+    Inputs in = make_inputs(first_dtype(), {1, 600, 4096, 4, 2}, mid_head_dim(), causal, 91);
+    for (const std::string& kernel : kernels_for(in.args)) {
+      SCOPED_TRACE(testing::Message() << (causal ? "causal " : "") << "kernel " << kernel);
+      cudaStream_t s = nullptr;
+      FA3_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      fill_nan(in.args.out.data, in.args.out.dtype, span_elements(in.args.out));
+      FA3_CUDA_CHECK(cudaDeviceSynchronize());
+      cudaGraph_t graph = nullptr;
+      FA3_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      const Status captured = forward_with_kernel(in.args, kernel, s);
+      FA3_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      ASSERT_TRUE(captured.is_ok()) << captured.message();
+      cudaGraphExec_t exec = nullptr;
+      FA3_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int i = 0; i < 2; ++i) FA3_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      FA3_CUDA_CHECK(cudaStreamSynchronize(s));
+      const auto replayed = bytes_of(in.out);
+      ASSERT_TRUE(forward_with_kernel(in.args, kernel, nullptr).is_ok());
+      FA3_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(replayed, bytes_of(in.out));
+      EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel), first_dtype()));
+      FA3_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      FA3_CUDA_CHECK(cudaGraphDestroy(graph));
+      FA3_CUDA_CHECK(cudaStreamDestroy(s));
+    }
+  }
+}
+
 TEST(FwdGuards, OffsetsBeyond32Bits) {
   FA3_REQUIRE_HOPPER();
   // The second batch starts past element 2^31 of each buffer.
