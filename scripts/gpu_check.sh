@@ -129,11 +129,12 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
         echo "== racecheck, several tiles per CTA, hdim $hd"
         compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $many || exit 1
       done
-      # Non-causal head dims 128 and 256 also have CTA pairs that share K/V loads
-      # (the dispatcher's choice from 4096 keys), run by name: 300 queries make three
-      # query blocks, so one pair has a block past the sequence end.
+      # Non-causal kernels the small cases do not reach, run by name: CTA pairs that
+      # share K/V loads at head dims 128 and 256 (the dispatcher's choice from 4096
+      # keys; 300 queries make three query blocks, so one pair has a block past the
+      # sequence end) and head dim 256's 64-key blocks (chosen by key length).
       odd="--seqlen-q 300 --seqlen-k 211 --nheads 4 --nheads-kv 2 --iters 1 --warmup 0 --check-rows 8"
-      for pair in 128:128x128-c2 256:128x80-c2; do
+      for pair in 128:128x128-c2 256:128x80-c2 256:128x64; do
         hd=${pair%%:*}
         [[ ";$head_dims;" == *";$hd;"* ]] || continue
         for run in "memcheck:$odd" "racecheck:$odd" "racecheck:$many"; do

@@ -36,6 +36,17 @@ std::vector<FwdTile> preferred_tiles(const Problem& p) {
     // in step costs more than that saves (512-1k: 1-5 % behind).
     return {{128, p.head_dim == 128 ? 128 : 80, OStore::kAuto, 0, 0, 2}};
   }
+  if (!p.causal && p.head_dim == 256) {
+    // A row's last key block is cut off at the sequence end but costs a whole one.
+    // 64-key blocks cost about 3 % more per key than 80-key ones (2-6 % in the
+    // measurements) and pad less at some lengths: 512 keys are 7 blocks of 80 (9 %
+    // padding) or 8 of 64, and 64 ran 3 % faster; at 1k and 2k 80 pads 1.6 % and ran
+    // 1-2 % faster (docs/perf-log.md). So the tile with less padded work wins.
+    // (Causal rows keep 128x64, the build's only causal tile at this head dim.)
+    const auto padded = [&](int block_n) { return (p.seqlen_k + block_n - 1) / block_n * block_n; };
+    const bool narrow = padded(64) * 1.03 < padded(80);
+    return narrow ? std::vector<FwdTile>{{128, 64}, {128, 80}} : std::vector<FwdTile>{{128, 80}, {128, 64}};
+  }
   return {};
 }
 

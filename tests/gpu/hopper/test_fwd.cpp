@@ -396,6 +396,22 @@ TEST(FwdKernelChoice, SharedKeyValueLoadsFollowKeyLength) {
   }
 }
 
+// Non-causal head dim 256 below 4096 keys runs the key block that pads a row's keys
+// less, counting 64-key blocks 3 % dearer per key (fwd_dispatch.cpp).
+TEST(FwdKernelChoice, HeadDim256KeyBlockFollowsPadding) {
+  FA3_REQUIRE_HOPPER();
+  const auto& dims = build_info().head_dims;
+  if (std::find(dims.begin(), dims.end(), 256) == dims.end()) GTEST_SKIP() << "head dim 256 not built";
+  const std::pair<int, std::string> cases[] = {{512, "128x64"},   {768, "128x64"},  {1024, "128x80"},
+                                               {1536, "128x64"},  {2048, "128x80"}, {2000, "128x80"},
+                                               {4095, "128x80"}};
+  for (const auto& [keys, tile] : cases) {
+    SCOPED_TRACE(testing::Message() << keys << " keys");
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 256, keys, 2, 2}, 256, false, 9).args).front(), tile);
+    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 256, keys, 2, 2}, 256, true, 10).args).front(), "128x64");
+  }
+}
+
 TEST(FwdGuards, UnsupportedHeadDimRejected) {
   FA3_REQUIRE_HOPPER();
   Inputs in = make_inputs(first_dtype(), {1, 64, 64, 2, 2}, 72, false, 3);
