@@ -56,15 +56,18 @@ struct OnlineSoftmax {
   template <bool kFirst, class TensorS>
   __device__ __forceinline__ bool update(TensorS& s, float (&rescale)[kRows]) {
     static_assert(decltype(cute::size<0>(s))::value == kRows);
+    static_assert(decltype(cute::size<1>(s))::value >= 4, "four chains need four columns");
     float block_max[kRows];
     bool grown = false;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       // Four independent chains: the max and the sum of a row are dependency chains
-      // across its columns, and a single chain would leave the ALUs waiting.
-      float part[4] = {row_max[r], -INFINITY, -INFINITY, -INFINITY};
+      // across its columns, and a single chain would leave the ALUs waiting. The
+      // chains start from the row's first columns, not from -inf: the compiler may not
+      // drop fmaxf(-inf, x) (NaN rules), and it would cost three instructions per row.
+      float part[4] = {fmaxf(row_max[r], s(r, 0)), s(r, 1), s(r, 2), s(r, 3)};
       CUTE_UNROLL
-      for (int c = 0; c < cute::size<1>(s); ++c) part[c % 4] = fmaxf(part[c % 4], s(r, c));
+      for (int c = 4; c < cute::size<1>(s); ++c) part[c % 4] = fmaxf(part[c % 4], s(r, c));
       block_max[r] = quad_max(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])));
       // -inf - -inf is NaN and compares false: a row still without keys stays as is.
       grown |= (block_max[r] - row_max[r]) * scale_log2 > kMaxGrowthLog2;
@@ -87,11 +90,12 @@ struct OnlineSoftmax {
       // A row that has seen only masked keys keeps max -inf; exponentiate against 0
       // instead so that exp2(-inf) = 0 and no NaN appears.
       const float m_scaled = row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
-      float sum[4] = {0.f, 0.f, 0.f, 0.f};
+      float sum[4];
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(s); ++c) {
         s(r, c) = arch::exp2_approx(fmaf(s(r, c), scale_log2, -m_scaled));
-        sum[c % 4] += s(r, c);
+        // The chains start from their first terms (0 + x costs an add: x may be -0).
+        sum[c % 4] = c < 4 ? s(r, c) : sum[c % 4] + s(r, c);
       }
       row_sum[r] += (sum[0] + sum[1]) + (sum[2] + sum[3]);
     }
