@@ -365,53 +365,6 @@ TEST(FwdKernelChoice, DefaultIsFirstListedAndUnknownNamesRejected) {
   }
 }
 
-// Head dim 64 prefers four warpgroups of 64-key blocks while rows of keys are short
-// and three of 128-key blocks beyond (fwd_dispatch.cpp); the query length does not
-// enter the choice.
-TEST(FwdKernelChoice, HeadDim64TileFollowsKeyLength) {
-  FA3_REQUIRE_HOPPER();
-  const auto& dims = build_info().head_dims;
-  if (std::find(dims.begin(), dims.end(), 64) == dims.end()) GTEST_SKIP() << "head dim 64 not built";
-  for (bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "non-causal");
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 512, 512, 2, 2}, 64, causal, 5).args).front(), "256x64");
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 1024, 2, 2}, 64, causal, 6).args).front(), "256x64");
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 1024, 1025, 2, 2}, 64, causal, 7).args).front(), "192x128");
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 4096, 2, 2}, 64, causal, 8).args).front(), "192x128");
-  }
-}
-
-// Non-causal head dims 128 and 256 run CTA pairs that share K/V loads from 4096 keys
-// on and single CTAs below (fwd_dispatch.cpp); causal ones never pair.
-TEST(FwdKernelChoice, SharedKeyValueLoadsFollowKeyLength) {
-  FA3_REQUIRE_HOPPER();
-  const auto& dims = build_info().head_dims;
-  const std::pair<int, std::string> cases[] = {{128, "128x128"}, {256, "128x80"}};
-  for (const auto& [d, tile] : cases) {
-    if (std::find(dims.begin(), dims.end(), d) == dims.end()) continue;
-    SCOPED_TRACE(testing::Message() << "hdim " << d);
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 512, 4096, 2, 2}, d, false, 5).args).front(), tile + "-c2");
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 4096, 4095, 2, 2}, d, false, 6).args).front(), tile);
-    EXPECT_NE(kernels_for(make_inputs(first_dtype(), {1, 4096, 4096, 2, 2}, d, true, 7).args).front(), tile + "-c2");
-  }
-}
-
-// Non-causal head dim 256 below 4096 keys runs the key block that pads a row's keys
-// less, counting 64-key blocks 3 % dearer per key (fwd_dispatch.cpp).
-TEST(FwdKernelChoice, HeadDim256KeyBlockFollowsPadding) {
-  FA3_REQUIRE_HOPPER();
-  const auto& dims = build_info().head_dims;
-  if (std::find(dims.begin(), dims.end(), 256) == dims.end()) GTEST_SKIP() << "head dim 256 not built";
-  const std::pair<int, std::string> cases[] = {{512, "128x64"},   {768, "128x64"},  {1024, "128x80"},
-                                               {1536, "128x64"},  {2048, "128x80"}, {2000, "128x80"},
-                                               {4095, "128x80"}};
-  for (const auto& [keys, tile] : cases) {
-    SCOPED_TRACE(testing::Message() << keys << " keys");
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 256, keys, 2, 2}, 256, false, 9).args).front(), tile);
-    EXPECT_EQ(kernels_for(make_inputs(first_dtype(), {1, 256, keys, 2, 2}, 256, true, 10).args).front(), "128x64");
-  }
-}
-
 TEST(FwdGuards, UnsupportedHeadDimRejected) {
   FA3_REQUIRE_HOPPER();
   Inputs in = make_inputs(first_dtype(), {1, 64, 64, 2, 2}, 72, false, 3);

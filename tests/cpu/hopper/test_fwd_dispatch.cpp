@@ -1,0 +1,106 @@
+// The dispatcher's choice among the compiled forward kernels (hopper/fwd_dispatch.cpp),
+// checked on the host: ranking the candidates needs the build's kernel list, not a GPU.
+// A rule whose head dim was not built is skipped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/problem.h"
+#include "hopper/fwd_dispatch.h"
+
+namespace fa3::hopper {
+namespace {
+
+bool built(int head_dim) {
+  const std::vector<int> dims = fwd_head_dims();
+  return std::find(dims.begin(), dims.end(), head_dim) != dims.end();
+}
+
+Problem problem(int head_dim, bool causal, std::int64_t seqlen_q, std::int64_t seqlen_k) {
+  Problem p;
+  p.batch = 1;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.nheads_q = 2;
+  p.nheads_kv = 2;
+  p.head_dim = head_dim;
+  p.softmax_scale = 0.1f;
+  p.causal = causal;
+  p.window_right = causal ? 0 : -1;
+  return p;
+}
+
+// The kernel fa3::forward runs by default, for the build's first dtype.
+std::string first(int head_dim, bool causal, std::int64_t seqlen_q, std::int64_t seqlen_k) {
+  if (fwd_dtypes().empty()) return "(no kernels built)";
+  const std::vector<const FwdKernelEntry*> c =
+      fwd_candidates(problem(head_dim, causal, seqlen_q, seqlen_k), fwd_dtypes().front());
+  return c.empty() ? std::string("(none)") : c.front()->name();
+}
+
+TEST(FwdDispatch, EveryBuiltKernelIsACandidateOnce) {
+  for (DType dtype : fwd_dtypes()) {
+    for (int d : fwd_head_dims()) {
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "hdim " << d << (causal ? " causal" : ""));
+        const auto built_here = std::count_if(fwd_kernels().begin(), fwd_kernels().end(), [&](const auto& k) {
+          return k.dtype == dtype && k.head_dim == d && k.causal == causal;
+        });
+        for (std::int64_t keys : {1, 512, 1024, 4096, 16384}) {
+          const std::vector<const FwdKernelEntry*> c = fwd_candidates(problem(d, causal, 512, keys), dtype);
+          std::set<std::string> names;
+          for (const FwdKernelEntry* k : c) names.insert(k->name());
+          EXPECT_EQ(static_cast<std::int64_t>(c.size()), built_here) << keys << " keys";
+          EXPECT_EQ(names.size(), c.size()) << keys << " keys";
+        }
+      }
+    }
+  }
+}
+
+// Head dim 64 prefers four warpgroups of 64-key blocks while rows of keys are short
+// and three of 128-key blocks beyond; the query length does not enter the choice.
+TEST(FwdDispatch, HeadDim64TileFollowsKeyLength) {
+  if (!built(64)) GTEST_SKIP() << "head dim 64 not built";
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    EXPECT_EQ(first(64, causal, 512, 512), "256x64");
+    EXPECT_EQ(first(64, causal, 4096, 1024), "256x64");
+    EXPECT_EQ(first(64, causal, 1024, 1025), "192x128");
+    EXPECT_EQ(first(64, causal, 4096, 4096), "192x128");
+  }
+}
+
+// Non-causal head dims 128 and 256 run CTA pairs that share K/V loads from 4096 keys
+// on and single CTAs below; causal ones never pair.
+TEST(FwdDispatch, SharedKeyValueLoadsFollowKeyLength) {
+  for (const auto& [d, tile] : {std::pair<int, std::string>{128, "128x128"}, {256, "128x80"}}) {
+    if (!built(d)) continue;
+    SCOPED_TRACE(testing::Message() << "hdim " << d);
+    EXPECT_EQ(first(d, false, 512, 4096), tile + "-c2");
+    EXPECT_EQ(first(d, false, 4096, 16384), tile + "-c2");
+    EXPECT_EQ(first(d, false, 4096, 4095), tile);
+    EXPECT_EQ(first(d, true, 4096, 4096).find("-c2"), std::string::npos);
+  }
+}
+
+// Non-causal head dim 256 below 4096 keys runs the key block that pads a row's keys
+// less, counting 64-key blocks 3 % dearer per key; causal rows run 64-key blocks.
+TEST(FwdDispatch, HeadDim256KeyBlockFollowsPadding) {
+  if (!built(256)) GTEST_SKIP() << "head dim 256 not built";
+  const std::pair<std::int64_t, std::string> cases[] = {{512, "128x64"},  {768, "128x64"},  {1024, "128x80"},
+                                                        {1536, "128x64"}, {2048, "128x80"}, {2000, "128x80"},
+                                                        {4095, "128x80"}};
+  for (const auto& [keys, tile] : cases) {
+    SCOPED_TRACE(testing::Message() << keys << " keys");
+    EXPECT_EQ(first(256, false, 256, keys), tile);
+    EXPECT_EQ(first(256, true, 256, keys), "128x64");
+  }
+}
+
+}  // namespace
+}  // namespace fa3::hopper
