@@ -130,11 +130,11 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
         compute-sanitizer --tool racecheck --error-exitcode 99 "$fa3" run --device gpu --head-dim "$hd" $many || exit 1
       done
       # Non-causal kernels the small cases do not reach, run by name: CTA pairs that
-      # share K/V loads at head dims 128 and 256 (the dispatcher's choice from 4096
+      # share K/V loads at head dims 96 to 256 (the dispatcher's choice from 4096
       # keys; 300 queries make three query blocks, so one pair has a block past the
       # sequence end) and head dim 256's 64-key blocks (chosen by key length).
       odd="--seqlen-q 300 --seqlen-k 211 --nheads 4 --nheads-kv 2 --iters 1 --warmup 0 --check-rows 8"
-      for pair in 128:128x128-c2 256:128x80-c2 256:128x64; do
+      for pair in 96:128x128-c2 128:128x128-c2 192:128x96-c2 256:128x80-c2 256:128x64; do
         hd=${pair%%:*}
         [[ ";$head_dims;" == *";$hd;"* ]] || continue
         for run in "memcheck:$odd" "racecheck:$odd" "racecheck:$many"; do

@@ -121,8 +121,8 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   // Every query block of a head reads all of its K/V from L2: about 5 TB/s at 650
   // TFLOP/s, whose energy lowers the clock under the power cap. Two CTAs on
   // neighbouring query blocks of a head halve that by sharing each load (TMA
-  // multicast), at the price of running in step: +1-3 % at head dims 128 and 256 from
-  // 4k keys, behind at 512-1k and at head dim 64 (docs/perf-log.md). The dispatcher
+  // multicast), at the price of running in step: +1-3 % at head dims 96 to 256 from
+  // 4k-8k keys, behind at 512-1k and at head dim 64 (docs/perf-log.md). The dispatcher
   // picks such tiles by key length; causal neighbours see different key blocks, so
   // only non-causal tiles pair up.
   const int cluster_m = tile.cluster > 1 ? tile.cluster : 1;

@@ -30,11 +30,13 @@ std::vector<FwdTile> preferred_tiles(const Problem& p) {
     // more per key than they save per tile).
     return {{256, 64}, {192, 128}};
   }
-  if (!p.causal && p.seqlen_k >= 4096 && (p.head_dim == 128 || p.head_dim == 256)) {
+  if (!p.causal && p.seqlen_k >= 4096 && p.head_dim >= 96) {
     // Long rows of keys: CTA pairs sharing each K/V load halve the L2 traffic that
-    // costs clock under the power cap (+1-3 % from 4k keys); on shorter rows running
-    // in step costs more than that saves (512-1k: 1-5 % behind).
-    return {{128, p.head_dim == 128 ? 128 : 80, OStore::kAuto, 0, 0, 2}};
+    // costs clock under the power cap (+1-3 % from 4k keys at head dims 96-256, level
+    // at hdim 192 4k); on shorter rows running in step costs more than that saves
+    // (512-1k: 1-5 % behind). Head dim 64 gained nothing from pairs.
+    const int block_n = p.head_dim == 192 ? 96 : p.head_dim == 256 ? 80 : 128;
+    return {{128, block_n, OStore::kAuto, 0, 0, 2}};
   }
   if (!p.causal && p.head_dim == 256) {
     // A row's last key block is cut off at the sequence end but costs a whole one.

@@ -75,10 +75,11 @@ TEST(FwdDispatch, HeadDim64TileFollowsKeyLength) {
   }
 }
 
-// Non-causal head dims 128 and 256 run CTA pairs that share K/V loads from 4096 keys
-// on and single CTAs below; causal ones never pair.
+// Non-causal head dims 96 to 256 run CTA pairs that share K/V loads from 4096 keys on
+// and single CTAs below; causal ones never pair, nor does head dim 64.
 TEST(FwdDispatch, SharedKeyValueLoadsFollowKeyLength) {
-  for (const auto& [d, tile] : {std::pair<int, std::string>{128, "128x128"}, {256, "128x80"}}) {
+  const std::pair<int, std::string> tiles[] = {{96, "128x128"}, {128, "128x128"}, {192, "128x96"}, {256, "128x80"}};
+  for (const auto& [d, tile] : tiles) {
     if (!built(d)) continue;
     SCOPED_TRACE(testing::Message() << "hdim " << d);
     EXPECT_EQ(first(d, false, 512, 4096), tile + "-c2");
@@ -86,6 +87,7 @@ TEST(FwdDispatch, SharedKeyValueLoadsFollowKeyLength) {
     EXPECT_EQ(first(d, false, 4096, 4095), tile);
     EXPECT_EQ(first(d, true, 4096, 4096).find("-c2"), std::string::npos);
   }
+  if (built(64)) EXPECT_EQ(first(64, false, 4096, 16384).find("-c2"), std::string::npos);
 }
 
 // Non-causal head dim 256 below 4096 keys runs the key block that pads a row's keys
