@@ -34,9 +34,11 @@ std::vector<FwdTile> preferred_tiles(const Problem& p) {
     // Long rows of keys: CTA pairs sharing each K/V load halve the L2 traffic that
     // costs clock under the power cap (+1-3 % from 4k keys at head dims 96-256, level
     // at hdim 192 4k); on shorter rows running in step costs more than that saves
-    // (512-1k: 1-5 % behind). Head dim 64 gained nothing from pairs.
-    const int block_n = p.head_dim == 192 ? 96 : p.head_dim == 256 ? 80 : 128;
-    return {{128, block_n, OStore::kAuto, 0, 0, 2}};
+    // (512-1k: 1-5 % behind). Head dim 64 gained nothing from pairs. The paired
+    // tile is whichever one the build compiled for the head dim.
+    for (const FwdKernelEntry& k : fwd_kernels()) {
+      if (k.head_dim == p.head_dim && !k.causal && k.tile.cluster > 1) return {k.tile};
+    }
   }
   if (!p.causal && p.head_dim == 256) {
     // A row's last key block is cut off at the sequence end but costs a whole one.
