@@ -14,6 +14,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 #include "fa3/status.h"
 #include "fa3/tensor.h"
 
@@ -48,7 +50,17 @@ struct BackwardArgs {
   TensorView dk;    // written; same dtype and shape as k
   TensorView dv;    // written; same dtype and shape as v
   AttentionOptions options;
+  // Fixes the order in which partial gradients are summed, so that repeated calls give
+  // bitwise identical dq (and, with GQA/MQA, dk and dv). Costs some speed.
   bool deterministic = false;
+  // Device scratch memory of the GPU path, owned by the caller: at least
+  // backward_workspace_size() bytes, 256-byte aligned. It holds the fp32 dq accumulator,
+  // the softmax statistics and, for GQA/MQA, fp32 dk/dv accumulators. Its contents on
+  // entry do not matter, and it is the caller's again once the call's work on the stream
+  // is done. No memory is allocated inside a call, so a call captured into a CUDA graph
+  // replays without allocating. Ignored by the CPU path.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 // Forward pass on the current CUDA device (a Hopper GPU), enqueued on `stream`.
@@ -56,8 +68,14 @@ struct BackwardArgs {
 // output is touched and nothing is enqueued.
 Status forward(const ForwardArgs& args, cudaStream_t stream);
 
-// Backward pass on the current CUDA device. Not implemented on the GPU yet:
-// every call returns kNotSupported after validating its arguments.
+// Backward pass on the current CUDA device (a Hopper GPU), enqueued on `stream`: writes
+// dq, dk and dv. args.out and args.lse are the forward pass's. On any rejection no
+// output is touched and nothing is enqueued.
 Status backward(const BackwardArgs& args, cudaStream_t stream);
+
+// The workspace fa3::backward needs for `args`, in bytes. Validates `args` as backward()
+// does, except the workspace and where the pointers live, so it can be asked before the
+// workspace exists; reads no tensor data and enqueues nothing.
+Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes);
 
 }  // namespace fa3

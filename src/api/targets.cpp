@@ -4,6 +4,7 @@
 
 #include "api/validate.h"
 #include "fa3/device.h"
+#include "hopper/bwd_dispatch.h"
 #include "hopper/fwd_dispatch.h"
 
 namespace fa3 {
@@ -42,6 +43,16 @@ ValidationTarget gpu_target() {
   t.supports_window = false;
   t.supports_softcap = false;
   t.locate = locate_pointer;
+  return t;
+}
+
+ValidationTarget gpu_backward_target() {
+  ValidationTarget t = gpu_target();
+  t.dtypes = hopper::bwd_dtypes();
+  t.head_dims = hopper::bwd_head_dims();
+  t.backward_workspace = [](const Problem& p, bool deterministic) {
+    return hopper::bwd_workspace(p, deterministic).bytes;
+  };
   return t;
 }
 

@@ -224,6 +224,26 @@ Status check_options(const AttentionOptions& o, const ValidationTarget& target, 
   return Status::ok();
 }
 
+// The caller's scratch memory for the device backward (BackwardArgs::workspace).
+Status check_workspace(const BackwardArgs& a, const ValidationTarget& target, std::size_t needed) {
+  if (a.workspace == nullptr) {
+    return invalid(cat("workspace: data pointer is null; this call needs ", static_cast<std::int64_t>(needed),
+                       " bytes (fa3::backward_workspace_size)"));
+  }
+  if (a.workspace_bytes < needed) {
+    return invalid(cat("workspace: ", static_cast<std::int64_t>(a.workspace_bytes), " bytes given, ",
+                       static_cast<std::int64_t>(needed), " needed (fa3::backward_workspace_size)"));
+  }
+  if (reinterpret_cast<std::uintptr_t>(a.workspace) % 256 != 0) {
+    return invalid("workspace: data pointer is not 256-byte aligned");
+  }
+  if (target.locate) {
+    const std::string where = target.locate(a.workspace);
+    if (!where.empty()) return invalid("workspace: pointer is " + where + ", not memory of the current CUDA device");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Problem* problem) {
@@ -296,6 +316,9 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
     FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, false));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
+  if (device && target.backward_workspace) {
+    FA3_RETURN_IF_ERROR(check_workspace(a, target, target.backward_workspace(p, a.deterministic)));
+  }
   *problem = p;
   return Status::ok();
 }

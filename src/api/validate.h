@@ -4,6 +4,7 @@
 // arguments only, so a rejected call leaves every output untouched.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,10 +27,15 @@ struct ValidationTarget {
   // use, else a description of what it is ("host memory", "memory of device 1").
   // Left empty, pointer location is not checked (unit tests of the other rules).
   std::function<std::string(const void* ptr)> locate;
+  // Device backward only: the workspace bytes a call needs (BackwardArgs::workspace).
+  // Left empty, the workspace is not checked (the size query, the CPU path).
+  std::function<std::size_t(const Problem& problem, bool deterministic)> backward_workspace;
 };
 
-// The target of fa3::forward/backward: the compiled kernels, on the current device.
+// The target of fa3::forward: the compiled kernels, on the current device.
 ValidationTarget gpu_target();
+// The target of fa3::backward: the compiled backward kernels and their workspace.
+ValidationTarget gpu_backward_target();
 // The target of fa3::cpu::forward/backward.
 ValidationTarget cpu_target();
 

@@ -1,5 +1,6 @@
-// fa3 — every named barrier the forward kernel uses, in one place, so that no two
-// roles can pick the same hardware id by accident.
+// fa3 — every named barrier the kernels use, in one place, so that no two roles of a
+// kernel can pick the same hardware id by accident. The forward's and the backward's
+// are separate kernels, and their ids may coincide.
 #pragma once
 
 #include "hopper/arch/ptx.cuh"
@@ -20,6 +21,37 @@ enum class NamedBarrier : int {  // id 0 is __syncthreads'
   kEnd = kQueryRead0 + kMaxConsumerWGs,
 };
 static_assert(static_cast<int>(NamedBarrier::kEnd) <= 16, "more named barriers than the hardware has");
+
+// The backward kernel's (hopper/bwd_kernel.cuh); up to kMaxBwdConsumerWGs consumer warpgroups.
+inline constexpr int kMaxBwdConsumerWGs = 3;
+enum class BwdBarrier : int {
+  // Every consumer thread: P / dS of a step are in shared memory (or free to be written).
+  kPdS = 1,
+  // The consumers before the epilogue writes dK/dV through K's and V's buffers, and
+  // around their ordered dQ / dK / dV sums (deterministic mode).
+  kConsumers = 2,
+  // Consumer warpgroup w and the dQ warp: w's dQ part is in shared memory / was read.
+  kDqFull0 = 3,
+  kDqEmpty0 = kDqFull0 + kMaxBwdConsumerWGs,
+  kEnd = kDqEmpty0 + kMaxBwdConsumerWGs,
+};
+static_assert(static_cast<int>(BwdBarrier::kEnd) <= 16, "more named barriers than the hardware has");
+
+__device__ __forceinline__ void barrier_sync(BwdBarrier id, int count) {
+  arch::named_barrier_sync(static_cast<int>(id), count);
+}
+
+__device__ __forceinline__ void barrier_arrive(BwdBarrier id, int count) {
+  arch::named_barrier_arrive(static_cast<int>(id), count);
+}
+
+__device__ __forceinline__ BwdBarrier dq_full_barrier(int wg) {
+  return static_cast<BwdBarrier>(static_cast<int>(BwdBarrier::kDqFull0) + wg);
+}
+
+__device__ __forceinline__ BwdBarrier dq_empty_barrier(int wg) {
+  return static_cast<BwdBarrier>(static_cast<int>(BwdBarrier::kDqEmpty0) + wg);
+}
 
 __device__ __forceinline__ void barrier_sync(NamedBarrier id, int count) {
   arch::named_barrier_sync(static_cast<int>(id), count);

@@ -17,6 +17,7 @@
 #include "hopper/fwd_kernel.cuh"
 #include "hopper/fwd_params.h"
 #include "hopper/fwd_traits.cuh"
+#include "hopper/launch_util.h"
 #include "hopper/mask.cuh"
 #include "hopper/tile_counter.h"
 #include "hopper/tile_scheduler.cuh"
@@ -24,17 +25,6 @@
 namespace fa3::hopper {
 
 namespace detail {
-
-// TMA wants every stride a positive multiple of 16 bytes, also for extent-1 modes whose
-// stride is never used; give those the stride a packed layout would have.
-inline std::int64_t usable_stride(std::int64_t stride, std::int64_t extent, std::int64_t packed) {
-  return extent == 1 ? packed : stride;
-}
-
-inline Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::ok();
-  return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
-}
 
 // How many clusters of `config` can be resident at once on the current device: not
 // always the SM count over the cluster size, since a cluster's CTAs must share a GPC.

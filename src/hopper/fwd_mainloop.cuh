@@ -15,32 +15,13 @@
 
 #include "hopper/barriers.cuh"
 #include "hopper/fragment.cuh"
+#include "hopper/gemm.cuh"
 #include "hopper/mask.cuh"
 #include "hopper/pipeline.cuh"
 #include "hopper/softmax.cuh"
 #include "hopper/tile_scheduler.cuh"
 
 namespace fa3::hopper {
-
-// Issues one warpgroup GEMM batch (all K steps) and commits it; waiting is the caller's.
-template <bool kZeroInit, class TiledMma, class TA, class TB, class TC>
-__device__ __forceinline__ void gemm_async(TiledMma& mma, const TA& a, const TB& b, TC& c) {
-  using namespace cute;
-  // A is either shared-memory descriptors (S = Q·Kᵀ) or registers (P in P·V).
-  constexpr bool kARegisters = !is_same_v<remove_cvref_t<typename TA::value_type>, GmmaDescriptor>;
-  if constexpr (kARegisters) warpgroup_fence_operand(const_cast<TA&>(a));
-  warpgroup_fence_operand(c);
-  warpgroup_arrive();
-  mma.accumulate_ = kZeroInit ? SM90::GMMA::ScaleOut::Zero : SM90::GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
-    mma.accumulate_ = SM90::GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(c);
-  if constexpr (kARegisters) warpgroup_fence_operand(const_cast<TA&>(a));
-}
 
 template <class Traits>
 struct FwdProducer {

@@ -17,7 +17,8 @@ namespace fa3::hopper {
 
 namespace detail {
 
-// The widest GMMA swizzle whose atom tiles `kExtent` elements of the contiguous mode.
+// The widest GMMA swizzle whose atom tiles `kExtent` elements of the contiguous mode,
+// or no swizzle (interleaved 16-byte rows) when none does.
 template <cute::SM90::GMMA::Major kMajor, class Element, int kExtent>
 constexpr auto smem_atom() {
   using namespace cute::SM90::GMMA;
@@ -26,9 +27,11 @@ constexpr auto smem_atom() {
     return Layout_SW128_Atom<Element, kMajor>{};
   } else if constexpr (kExtent * kBits % 512 == 0) {
     return Layout_SW64_Atom<Element, kMajor>{};
-  } else {
-    static_assert(kExtent * kBits % 256 == 0, "tile extent too small for any GMMA swizzle");
+  } else if constexpr (kExtent * kBits % 256 == 0) {
     return Layout_SW32_Atom<Element, kMajor>{};
+  } else {
+    static_assert(kExtent * kBits % 128 == 0, "tile extent not a multiple of 16 bytes");
+    return Layout_INTER_Atom<Element, kMajor>{};
   }
 }
 

@@ -1,8 +1,11 @@
-// fa3 — mask policies. A policy answers three questions for a (query block, key
-// block) tile: which key blocks a range of query rows needs at all, whether a tile
-// needs element-wise masking, and which keys a row sees (all below a bound). Columns
-// past the sequence end are always masked: their keys are TMA's zero fill, and a zero
-// score is not "no score". Rows past the sequence end need no key block.
+// fa3 — mask policies. A policy answers four questions for a (query block, key
+// block) tile: which key blocks a range of query rows needs at all (the forward's
+// loop), which query blocks see a key block at all (the backward's loop), whether a
+// tile needs element-wise masking, and which keys a row sees (all below a bound).
+// Columns past the sequence end are always masked: their keys are TMA's zero fill, and
+// a zero score is not "no score". Rows past the sequence end need no key block.
+// Policies are built from any parameter struct with seqlen_q and seqlen_k (the
+// forward's and the backward's).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -10,7 +13,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "hopper/fwd_params.h"
 
 namespace fa3::hopper {
 
@@ -20,7 +22,8 @@ struct NoMask {
   int seqlen_q;
   int seqlen_k;
 
-  __host__ __device__ explicit NoMask(const FwdParams& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
+  template <class Params>
+  __host__ __device__ explicit NoMask(const Params& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
 
   // Key blocks [0, n) that query rows [row_begin, row_end) need.
   template <int kBlockN>
@@ -35,6 +38,12 @@ struct NoMask {
   __host__ __device__ bool needs_mask(int /*m_block*/, int n_block) const {
     return (n_block + 1) * kBlockN > seqlen_k;
   }
+  // Query blocks [0, end) that see key block n_block (the first is returned in *begin).
+  template <int kBlockM, int kBlockN>
+  __host__ __device__ int query_blocks(int /*n_block*/, int* begin) const {
+    *begin = 0;
+    return (seqlen_q + kBlockM - 1) / kBlockM;
+  }
   // Row `row` sees exactly the keys below this one.
   __host__ __device__ int visible_end(int /*row*/) const { return seqlen_k; }
 };
@@ -45,7 +54,8 @@ struct CausalMask {
   int seqlen_q;
   int seqlen_k;
 
-  __host__ __device__ explicit CausalMask(const FwdParams& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
+  template <class Params>
+  __host__ __device__ explicit CausalMask(const Params& p) : seqlen_q(p.seqlen_q), seqlen_k(p.seqlen_k) {}
 
   // Key blocks [0, n) that query rows [row_begin, row_end) need.
   template <int kBlockN>
@@ -65,6 +75,14 @@ struct CausalMask {
     // The block's first row sees up to key m_block*BM + sk - sq: any later column needs masking.
     return (n_block + 1) * kBlockN > seqlen_k ||
            (n_block + 1) * kBlockN - 1 > m_block * kBlockM + seqlen_k - seqlen_q;
+  }
+  // Query blocks [*begin, end) that see key block n_block: from the one holding the
+  // first row that sees its first key, n_block * kBlockN + seqlen_q - seqlen_k.
+  template <int kBlockM, int kBlockN>
+  __host__ __device__ int query_blocks(int n_block, int* begin) const {
+    const int first_row = n_block * kBlockN + seqlen_q - seqlen_k;
+    *begin = first_row <= 0 ? 0 : first_row / kBlockM;
+    return (seqlen_q + kBlockM - 1) / kBlockM;
   }
   __host__ __device__ int visible_end(int row) const {
     const int end = row + seqlen_k - seqlen_q + 1;
@@ -105,6 +123,23 @@ __device__ __forceinline__ void apply_mask(const Mask& mask, TensorS& s, const T
     CUTE_UNROLL
     for (int c = 0; c < kCols; ++c) {
       if (!((keep >> c) & 1)) s(r, c) = -INFINITY;
+    }
+  }
+}
+
+// apply_mask for a transposed score fragment (the backward's Sᵀ: rows are keys, columns
+// query rows), element by element: a column's bound is its own, so the row-wise bit
+// mask does not apply. Only the blocks on a causal diagonal or at the sequence end
+// take this path.
+template <class Mask, class TensorS, class TensorC>
+__device__ __forceinline__ void apply_mask_transposed(const Mask& mask, TensorS& s, const TensorC& coord, int key0,
+                                                      int row0) {
+  CUTE_UNROLL
+  for (int c = 0; c < cute::size<1>(s); ++c) {
+    const int end = mask.visible_end(row0 + cute::get<1>(coord(0, c))) - key0;
+    CUTE_UNROLL
+    for (int r = 0; r < cute::size<0>(s); ++r) {
+      if (cute::get<0>(coord(r, c)) >= end) s(r, c) = -INFINITY;
     }
   }
 }

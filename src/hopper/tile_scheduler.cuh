@@ -95,20 +95,29 @@ struct TileScheduler {
 // keep that near 2.3 TB/s at 600 TFLOP/s (hdim 256 causal 1k: 32 heads 513 TFLOP/s,
 // 64 heads 486). Then the pairs are split into groups of equal size, since a small last
 // group would start its longest tiles when the other CTAs are about to run out of work.
-inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes, int block_m, int num_m_blocks) {
+//
+// The general form: `shared_bytes` is what every tile of a head reads (the forward's
+// K/V, the backward's Q and dO), `heads_sharing` how many consecutive heads read the
+// same (a GQA group in the forward), `block` the rows of a tile and `num_blocks` the
+// tiles of a head.
+inline int causal_heads_per_group(double shared_bytes, int heads_sharing, std::int64_t pairs, int num_sms, int block,
+                                  int num_blocks) {
   constexpr double kL2Budget = 16.0 * 1024 * 1024;
   constexpr int kGridsPerGroup = 4;
-  const double kv_bytes = 2.0 * p.seqlen_k * p.head_dim * static_cast<double>(element_bytes);
-  const int per_kv = p.nheads_q / p.nheads_kv;
-  const int fit = std::max(1, static_cast<int>(kL2Budget / kv_bytes)) * per_kv;
-  const int sms = std::max(p.num_sms, 1);
-  const int one_grid = (sms + num_m_blocks - 1) / num_m_blocks;
+  const int fit = std::max(1, static_cast<int>(kL2Budget / shared_bytes)) * heads_sharing;
+  const int sms = std::max(num_sms, 1);
+  const int one_grid = (sms + num_blocks - 1) / num_blocks;
   const int balanced =
-      std::min((kGridsPerGroup * sms + num_m_blocks - 1) / num_m_blocks, std::max(block_m / 4, 1) * per_kv);
-  const std::int64_t pairs = static_cast<std::int64_t>(p.nheads_q) * p.batch;
+      std::min((kGridsPerGroup * sms + num_blocks - 1) / num_blocks, std::max(block / 4, 1) * heads_sharing);
   const std::int64_t group = std::min<std::int64_t>(std::max({fit, one_grid, balanced}), pairs);
   const std::int64_t groups = (pairs + group - 1) / group;
   return static_cast<int>((pairs + groups - 1) / groups);
+}
+
+inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes, int block_m, int num_m_blocks) {
+  const double kv_bytes = 2.0 * p.seqlen_k * p.head_dim * static_cast<double>(element_bytes);
+  return causal_heads_per_group(kv_bytes, p.nheads_q / p.nheads_kv, static_cast<std::int64_t>(p.nheads_q) * p.batch,
+                                p.num_sms, block_m, num_m_blocks);
 }
 
 }  // namespace fa3::hopper

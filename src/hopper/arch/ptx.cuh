@@ -91,4 +91,46 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// One-dimensional bulk copies (no tensor map): `bytes` a multiple of 16, both addresses
+// 16-byte aligned. The load completes `bar`'s transaction count.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, std::uint32_t bytes,
+                                          std::uint64_t* bar) {
+  const auto dst = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_dst));
+  const auto mbar = static_cast<std::uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+      "l"(gmem_src), "r"(bytes), "r"(mbar)
+      : "memory");
+}
+
+// Adds `bytes` of fp32 values in shared memory to global memory, element by element, in
+// the current bulk group (cute::tma_store_arrive commits it).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float* smem_src, std::uint32_t bytes) {
+  const auto src = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_src));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem_dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+
+// Waits until every committed bulk group has completed, its writes to global memory
+// included (cute::tma_store_wait waits only until the sources have been read), and
+// orders those writes before this thread's later generic-proxy accesses.
+__device__ __forceinline__ void bulk_wait_complete() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// A global counter of the deterministic mode's ordered sums: wait until it reads
+// `value` (acquire), or publish a new value (release) once this thread's earlier writes
+// are visible GPU-wide.
+__device__ __forceinline__ void wait_counter(const int* counter, int value) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != value);
+}
+__device__ __forceinline__ void publish_counter(int* counter, int value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(counter), "r"(value) : "memory");
+}
+
 }  // namespace fa3::hopper::arch

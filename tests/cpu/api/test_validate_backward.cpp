@@ -1,13 +1,20 @@
 // validate_backward: the rules on the tensors only the backward pass has (dout, the
-// mandatory lse, dq, dk, dv), a sample of the rules it shares with the forward, and
-// what a valid call resolves. Options are covered in test_validate_options.cpp.
+// mandatory lse, dq, dk, dv), a sample of the rules it shares with the forward, the
+// device workspace's rules, and what a valid call resolves; and that
+// fa3::backward_workspace_size validates as backward() does and gives the size it asks
+// for. Options are covered in test_validate_options.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "api/validate.h"
+#include "fa3/attention.h"
+#include "hopper/bwd_dispatch.h"
 #include "rule_case.h"
 #include "valid_args.h"
 
@@ -118,6 +125,60 @@ std::vector<Case> device_cases() {
   };
 }
 
+// A device target whose backward asks a fixed workspace (twice as much in deterministic
+// mode), so that the workspace rules are testable without a GPU. `refused`, when set, is
+// the one pointer its location check calls host memory.
+constexpr std::size_t kWorkspaceBytes = 4096;
+
+ValidationTarget workspace_target(const void* refused = nullptr) {
+  ValidationTarget t = device_like_target(refused, "host memory");
+  t.backward_workspace = [](const Problem&, bool deterministic) {
+    return deterministic ? 2 * kWorkspaceBytes : kWorkspaceBytes;
+  };
+  return t;
+}
+
+// Each case switches to workspace_target() and breaks one workspace rule of arguments
+// that carry a valid workspace of kWorkspaceBytes (in a buffer twice that size).
+std::vector<Case> workspace_cases() {
+  return {
+      {"workspace_null",
+       [](Args& a, ValidationTarget& t) {
+         t = workspace_target();
+         a.workspace = nullptr;
+       },
+       kInvalid, "workspace: data pointer is null; this call needs 4096 bytes (fa3::backward_workspace_size)"},
+      {"workspace_null_deterministic",
+       [](Args& a, ValidationTarget& t) {
+         t = workspace_target();
+         a.workspace = nullptr;
+         a.deterministic = true;
+       },
+       kInvalid, "workspace: data pointer is null; this call needs 8192 bytes (fa3::backward_workspace_size)"},
+      {"workspace_one_byte_short",
+       [](Args& a, ValidationTarget& t) {
+         t = workspace_target();
+         a.workspace_bytes = kWorkspaceBytes - 1;
+       },
+       kInvalid, "workspace: 4095 bytes given, 4096 needed (fa3::backward_workspace_size)"},
+      {"workspace_too_small_for_deterministic",
+       [](Args& a, ValidationTarget& t) {
+         t = workspace_target();
+         a.deterministic = true;
+       },
+       kInvalid, "workspace: 4096 bytes given, 8192 needed (fa3::backward_workspace_size)"},
+      {"workspace_not_256_byte_aligned",
+       [](Args& a, ValidationTarget& t) {
+         t = workspace_target();
+         a.workspace = static_cast<std::byte*>(a.workspace) + 128;
+       },
+       kInvalid, "workspace: data pointer is not 256-byte aligned"},
+      {"workspace_not_device_memory",
+       [](Args& a, ValidationTarget& t) { t = workspace_target(a.workspace); }, kInvalid,
+       "workspace: pointer is host memory, not memory of the current CUDA device"},
+  };
+}
+
 class BackwardRule : public ::testing::TestWithParam<Case> {};
 TEST_P(BackwardRule, IsRejectedWithItsMessage) {
   ValidArgs valid;
@@ -127,6 +188,214 @@ INSTANTIATE_TEST_SUITE_P(Tensors, BackwardRule, ::testing::ValuesIn(tensor_cases
 INSTANTIATE_TEST_SUITE_P(DtypesAndShapes, BackwardRule, ::testing::ValuesIn(dtype_and_shape_cases()),
                          case_name<Args>);
 INSTANTIATE_TEST_SUITE_P(Device, BackwardRule, ::testing::ValuesIn(device_cases()), case_name<Args>);
+
+class BackwardWorkspaceRule : public ::testing::TestWithParam<Case> {};
+TEST_P(BackwardWorkspaceRule, IsRejectedWithItsMessage) {
+  ValidArgs valid;
+  HostBuffer workspace(2 * kWorkspaceBytes);
+  BackwardArgs args = valid.backward();
+  args.workspace = workspace.data();
+  args.workspace_bytes = kWorkspaceBytes;
+  Problem p;
+  const Status unbroken = validate_backward(args, workspace_target(), &p);
+  ASSERT_TRUE(unbroken.is_ok()) << "the unbroken workspace must pass: " << unbroken.to_string();
+  check_rule<Args>(GetParam(), args, &validate_backward);
+}
+INSTANTIATE_TEST_SUITE_P(Workspace, BackwardWorkspaceRule, ::testing::ValuesIn(workspace_cases()), case_name<Args>);
+
+TEST(ValidateBackward, AsksTheWorkspaceForTheResolvedProblem) {
+  ValidArgs valid({.nheads_kv = 1});
+  HostBuffer workspace(kWorkspaceBytes);
+  BackwardArgs a = valid.backward();
+  a.options.causal = true;
+  a.deterministic = true;
+  a.workspace = workspace.data();
+  a.workspace_bytes = kWorkspaceBytes;
+  Problem asked;
+  bool asked_deterministic = false;
+  ValidationTarget t = device_like_target();
+  t.backward_workspace = [&](const Problem& p, bool deterministic) {
+    asked = p;
+    asked_deterministic = deterministic;
+    return kWorkspaceBytes;
+  };
+  Problem p;
+  const Status s = validate_backward(a, t, &p);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_TRUE(asked_deterministic);
+  EXPECT_EQ(asked.batch, 2);
+  EXPECT_EQ(asked.seqlen_q, 64);
+  EXPECT_EQ(asked.seqlen_k, 96);
+  EXPECT_EQ(asked.nheads_q, 4);
+  EXPECT_EQ(asked.nheads_kv, 1);
+  EXPECT_EQ(asked.head_dim, 128);
+  EXPECT_TRUE(asked.causal);
+  EXPECT_FLOAT_EQ(asked.softmax_scale, 1.f / std::sqrt(128.f));
+}
+
+// The workspace is the last thing checked: a call broken elsewhere as well is refused
+// for that, and a size is never asked of a problem that did not validate.
+TEST(ValidateBackward, WorkspaceCheckedAfterEveryOtherRule) {
+  ValidArgs valid;
+  BackwardArgs a = valid.backward();
+  a.options.softcap = 30.f;
+  ValidationTarget t = device_like_target();
+  t.backward_workspace = [](const Problem&, bool) -> std::size_t {
+    ADD_FAILURE() << "workspace size asked of an invalid problem";
+    return kWorkspaceBytes;
+  };
+  Problem p;
+  const Status s = validate_backward(a, t, &p);
+  EXPECT_EQ(s.code(), kUnsupported);
+  EXPECT_EQ(s.message(), "softcap is not implemented on this path yet");
+}
+
+// The host path has no workspace: a target of host space never asks for one.
+TEST(ValidateBackward, HostTargetNeedsNoWorkspace) {
+  ValidArgs valid;
+  ValidationTarget t = cpu_target();
+  t.backward_workspace = [](const Problem&, bool) -> std::size_t {
+    ADD_FAILURE() << "workspace size asked on the host path";
+    return kWorkspaceBytes;
+  };
+  Problem p;
+  const Status s = validate_backward(valid.backward(), t, &p);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+}
+
+// ---- fa3::backward_workspace_size ----
+
+bool backward_kernels_built() { return !hopper::bwd_kernels().empty(); }
+
+// Arguments of a dtype and head dim that backward kernels were built for (when any were).
+ArgsShape buildable_shape() {
+  ArgsShape s;
+  const std::vector<DType> dtypes = hopper::bwd_dtypes();
+  const std::vector<int> dims = hopper::bwd_head_dims();
+  if (!dtypes.empty()) s.dtype = dtypes.front();
+  if (!dims.empty()) s.head_dim = std::find(dims.begin(), dims.end(), 128) != dims.end() ? 128 : dims.front();
+  return s;
+}
+
+// The GPU backward's own target with host buffers standing in for device memory.
+ValidationTarget gpu_backward_target_on_host_buffers() {
+  ValidationTarget t = gpu_backward_target();
+  t.locate = nullptr;
+  return t;
+}
+
+// Breakages of the options the size query must refuse as backward() does.
+std::vector<Case> option_cases() {
+  return {
+      {"softcap_on_device", on_args<Args>([](Args& a) { a.options.softcap = 30.f; }), kUnsupported,
+       "softcap is not implemented on this path yet"},
+      {"window_on_device", on_args<Args>([](Args& a) { a.options.window_left = 16; }), kUnsupported,
+       "sliding window (window_left/window_right) is not implemented on this path yet"},
+      {"scale_negative", on_args<Args>([](Args& a) { a.options.softmax_scale = -1.f; }), kInvalid,
+       "softmax_scale must be finite and > 0 (or 0 for the default 1/sqrt(head_dim)), got -1"},
+  };
+}
+
+// Every breakage above except those of where memory lives, which the query leaves alone.
+std::vector<Case> size_query_cases() {
+  std::vector<Case> all;
+  for (const auto& list : {tensor_cases(), dtype_and_shape_cases(), device_cases(), option_cases()}) {
+    for (const Case& c : list) {
+      if (c.name.find("device_memory") == std::string::npos) all.push_back(c);
+    }
+  }
+  return all;
+}
+
+// The query refuses what backward() refuses, with the same status, and leaves `bytes`
+// alone. With no kernels built, everything valid so far is refused for that.
+class BackwardWorkspaceSizeRule : public ::testing::TestWithParam<Case> {};
+TEST_P(BackwardWorkspaceSizeRule, RejectsWhatBackwardRejects) {
+  ValidArgs valid(buildable_shape());
+  BackwardArgs args = valid.backward();
+  ValidationTarget unused = device_like_target();
+  GetParam().breaks(args, unused);
+  Problem p;
+  const Status want = validate_backward(args, gpu_backward_target_on_host_buffers(), &p);
+  ASSERT_FALSE(want.is_ok());
+  std::size_t bytes = 12345;
+  const Status got = backward_workspace_size(args, &bytes);
+  EXPECT_EQ(got.code(), want.code()) << got.to_string();
+  EXPECT_EQ(got.message(), want.message());
+  EXPECT_EQ(bytes, 12345u) << "a refused query must leave bytes alone";
+}
+INSTANTIATE_TEST_SUITE_P(Rules, BackwardWorkspaceSizeRule, ::testing::ValuesIn(size_query_cases()), case_name<Args>);
+
+TEST(BackwardWorkspaceSize, WithoutKernelsSaysSo) {
+  if (backward_kernels_built()) GTEST_SKIP() << "backward kernels were built";
+  ValidArgs valid;
+  std::size_t bytes = 0;
+  const Status s = backward_workspace_size(valid.backward(), &bytes);
+  EXPECT_EQ(s.code(), kUnsupported);
+  EXPECT_EQ(s.message(), "no GPU kernels were built into this library");
+}
+
+// For a valid problem the query needs no workspace and no device memory, and answers
+// the size backward() then asks for: exactly that much passes the workspace rule, a
+// byte less does not.
+TEST(BackwardWorkspaceSize, IsTheSizeBackwardAsksFor) {
+  if (!backward_kernels_built()) GTEST_SKIP() << "no backward kernels were built";
+  ValidArgs valid(buildable_shape());
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "default");
+    BackwardArgs a = valid.backward();
+    a.deterministic = deterministic;
+    std::size_t bytes = 0;
+    const Status s = backward_workspace_size(a, &bytes);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_GT(bytes, 0u);
+
+    HostBuffer workspace(bytes);
+    a.workspace = workspace.data();
+    a.workspace_bytes = bytes;
+    Problem p;
+    const Status exact = validate_backward(a, gpu_backward_target_on_host_buffers(), &p);
+    EXPECT_TRUE(exact.is_ok()) << exact.to_string();
+    a.workspace_bytes = bytes - 1;
+    const Status short_by_one = validate_backward(a, gpu_backward_target_on_host_buffers(), &p);
+    EXPECT_EQ(short_by_one.message(), "workspace: " + std::to_string(bytes - 1) + " bytes given, " +
+                                          std::to_string(bytes) + " needed (fa3::backward_workspace_size)");
+  }
+}
+
+// What the workspace holds (attention.h): the fp32 dq accumulator and two fp32 row
+// statistics (LSE, D) per query row always; fp32 dk and dv accumulators with GQA/MQA;
+// and deterministic mode's ordering state on top, more of it with GQA/MQA, whose dk and
+// dv sums are ordered too.
+TEST(BackwardWorkspaceSize, GrowsWithDeterminismAndGroupedHeads) {
+  if (!backward_kernels_built()) GTEST_SKIP() << "no backward kernels were built";
+  ArgsShape shape = buildable_shape();
+  shape.seqlen_q = 1000;
+  shape.seqlen_k = 700;
+  shape.nheads_q = 8;
+  auto size = [&](std::int64_t nheads_kv, bool deterministic) {
+    ArgsShape s = shape;
+    s.nheads_kv = nheads_kv;
+    ValidArgs valid(s);
+    BackwardArgs a = valid.backward();
+    a.deterministic = deterministic;
+    std::size_t bytes = 0;
+    const Status st = backward_workspace_size(a, &bytes);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return bytes;
+  };
+  const std::size_t mha = size(8, false), mha_det = size(8, true);
+  const std::size_t gqa = size(2, false), gqa_det = size(2, true);
+  const std::size_t mqa = size(1, false);
+  const auto b = static_cast<std::size_t>(shape.batch), d = static_cast<std::size_t>(shape.head_dim);
+  const std::size_t q_rows = b * 8 * 1000;
+  EXPECT_GE(mha, q_rows * d * 4 + q_rows * 2 * 4);
+  EXPECT_GE(gqa, mha + 2 * (b * 2 * 700 * d * 4));
+  EXPECT_GE(mqa, mha + 2 * (b * 1 * 700 * d * 4));
+  EXPECT_LT(mqa, gqa);
+  EXPECT_GT(mha_det, mha);
+  EXPECT_GT(gqa_det - gqa, mha_det - mha);
+}
 
 TEST(ValidateBackward, FillsProblemFromValidArguments) {
   ValidArgs valid({.nheads_kv = 1});

@@ -1,13 +1,15 @@
 // The mask policies (hopper/mask.cuh), checked on the host against their definition:
 // the causal / sequence-end column bits for every bound and fragment width the kernels
 // use (a wrong bit would show on the GPU only for rows whose bound falls on that
-// column), and the key blocks a range of query rows needs (too few would drop keys,
-// too many would leave a warpgroup computing blocks it could skip).
+// column), the key blocks a range of query rows needs (too few would drop keys, too
+// many would leave a warpgroup computing blocks it could skip), and the query blocks
+// the backward's tile of a key block walks (too late a start drops gradients).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "hopper/fwd_params.h"
 #include "hopper/mask.cuh"
 
 namespace fa3::hopper {
@@ -69,6 +71,43 @@ TEST(MaskKeyBlocks, MatchDefinitionForRowRanges) {
   expect_key_blocks_match_definition<96, CausalMask>();
   expect_key_blocks_match_definition<128, NoMask>();
   expect_key_blocks_match_definition<80, NoMask>();
+}
+
+// The backward's tile of key block n walks query blocks [begin, end): every block with
+// a row that sees one of its keys, and (begin) none before the first such block.
+template <int kBlockM, int kBlockN, class Mask>
+void expect_query_blocks_match_definition() {
+  const int lens[][2] = {{1, 1},     {3, 17},    {17, 3},     {64, 64},     {127, 129}, {128, 128}, {129, 127},
+                         {239, 799}, {799, 239}, {1000, 1000}, {1024, 1023}, {1025, 1},  {1, 1025}};
+  for (const auto& len : lens) {
+    FwdParams p{};
+    p.seqlen_q = len[0];
+    p.seqlen_k = len[1];
+    const Mask mask(p);
+    for (int n = 0; n * kBlockN < p.seqlen_k; ++n) {
+      int first_seen = -1;
+      for (int row = 0; row < p.seqlen_q && first_seen < 0; ++row) {
+        if (mask.visible_end(row) > n * kBlockN) first_seen = row;
+      }
+      int begin = -1;
+      const int end = mask.template query_blocks<kBlockM, kBlockN>(n, &begin);
+      EXPECT_EQ(end, (p.seqlen_q + kBlockM - 1) / kBlockM);
+      // With a bottom-right aligned causal mask some row sees every key; were there a key
+      // block no row sees, its tile would have nothing to add wherever it started.
+      ASSERT_GE(first_seen, 0);
+      EXPECT_EQ(begin, first_seen / kBlockM) << (Mask::kCausal ? "causal" : "no mask") << " sq " << p.seqlen_q
+                                             << " sk " << p.seqlen_k << " key block " << n << " of " << kBlockN;
+    }
+  }
+}
+
+TEST(MaskQueryBlocks, MatchDefinitionForKeyBlocks) {
+  expect_query_blocks_match_definition<64, 128, CausalMask>();
+  expect_query_blocks_match_definition<128, 128, CausalMask>();
+  expect_query_blocks_match_definition<64, 80, CausalMask>();
+  expect_query_blocks_match_definition<64, 96, CausalMask>();
+  expect_query_blocks_match_definition<64, 128, NoMask>();
+  expect_query_blocks_match_definition<64, 80, NoMask>();
 }
 
 }  // namespace

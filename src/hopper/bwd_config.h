@@ -1,0 +1,74 @@
+// fa3 — backward kernel configurations: tile shapes, how the warpgroups split each of
+// the five GEMMs of a step, pipeline depths and register budgets, one per head dim.
+//
+// A CTA owns a block of block_n keys of one head (its dK and dV stay in registers) and
+// walks the query blocks that see them, block_m rows at a time. Each step runs
+//   S = Q·Kᵀ, dP = dO·Vᵀ  (block_m x block_n),
+//   dV += Pᵀ·dO, dK += dSᵀ·Q  (block_n x d),   dQ = dS·K  (block_m x d, summed across CTAs).
+// The warpgroups split each GEMM along one or two of its output dimensions. Computing
+// S and dP transposed (Sᵀ = K·Qᵀ, sdp_swap) gives each warpgroup whole key rows, so
+// that Pᵀ and dSᵀ are already the A operands of the dV and dK GEMMs in its registers
+// (no trip through shared memory). That holds dK and dV in d registers per thread,
+// too many beyond head dim 128, where the dK/dV GEMMs split the head dim instead
+// (dkv_swap) and P and dS go through shared memory.
+#pragma once
+
+namespace fa3::hopper {
+
+struct BwdConfig {
+  int block_m;        // query rows per step
+  int block_n;        // keys per tile
+  int consumer_wgs;   // consumer warpgroups
+  int q_stages;       // Q (with its LSE) ring depth
+  int do_stages;      // dO (with its D = rowsum(dO∘O)) ring depth; q_stages or 1
+  int ds_stages;      // shared-memory buffers of P and dS; q_stages or 1
+  bool sdp_swap;      // S and dP computed transposed: keys are the GEMM's M
+  bool dkv_swap;      // dVᵀ = dOᵀ·P and dKᵀ = Qᵀ·dS: the head dim is the GEMM's M
+  bool dq_swap;       // dQᵀ = Kᵀ·dSᵀ: the head dim is the GEMM's M
+  int sdp_wg_m;       // warpgroups along the query dim of S and dP (the rest split keys)
+  int dkv_wg_n;       // warpgroups along the key dim of dK and dV (the rest split head dim)
+  int dq_wg_m;        // warpgroups along the query dim of dQ (the rest split head dim)
+  bool dq_tma;        // dQ summed by TMA bulk reduce-add from shared memory (else red from registers)
+  int dq_slices;      // dQ's GEMM issued in this many row blocks, each summed before the next (red only)
+  int producer_regs;  // setmaxnreg for the producer warpgroup
+  int consumer_regs;  // setmaxnreg for each consumer warpgroup
+
+  constexpr int threads() const { return 128 * (consumer_wgs + 1); }
+  constexpr int consumer_threads() const { return 128 * consumer_wgs; }
+  constexpr int launch_regs() const { return 65536 / threads() / 8 * 8; }
+  constexpr bool registers_fit() const {
+    return 128 * (producer_regs + consumer_wgs * consumer_regs) <= threads() * launch_regs();
+  }
+  // Pᵀ and dSᵀ reach the dV and dK GEMMs from registers: each warpgroup holds whole
+  // key rows of S and of dK/dV.
+  constexpr bool dkv_from_registers() const {
+    return sdp_swap && !dkv_swap && sdp_wg_m == 1 && dkv_wg_n == consumer_wgs;
+  }
+  // Shared memory of the operand buffers, in bytes (2-byte elements).
+  constexpr int smem_bytes(int head_dim) const {
+    const int kv = 2 * block_n * head_dim * 2;
+    const int q_do = (q_stages + do_stages) * block_m * head_dim * 2;
+    const int pds = (dkv_from_registers() ? 1 : 2) * ds_stages * block_m * block_n * 2;
+    const int dq = dq_tma ? block_m * head_dim * 4 : 0;
+    const int stats = 2 * q_stages * block_m * 4;
+    return kv + q_do + pds + dq + stats;
+  }
+};
+
+// The configuration of each head dim, after FlashAttention-3's published choices for
+// Hopper. Operand buffers (smem_bytes): 64: 194 KB; 96: 153 KB; 128: 193 KB; 192:
+// 217 KB; 256: 197 KB (dQ's 64 KB staging buffer does not fit at 256, so its partial
+// sums go out by red).
+constexpr BwdConfig bwd_config(int head_dim) {
+  switch (head_dim) {
+    case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, true, 1, 24, 240};
+    case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, true, 1, 24, 240};
+    case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, true, 1, 24, 240};
+    case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, true, 1, 32, 160};
+    // dK and dV hold 160 registers per thread here; dQ's 64 more spilled 500 bytes, so
+    // dQ goes in two halves of the head dim, 32 registers each.
+    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, false, 2, 24, 240};
+  }
+}
+
+}  // namespace fa3::hopper

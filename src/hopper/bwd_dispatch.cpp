@@ -1,0 +1,104 @@
+#include "hopper/bwd_dispatch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "hopper/bwd_config.h"
+
+namespace fa3::hopper {
+
+// One launcher per compiled (dtype, head dim, mask), defined in generated files.
+#define FA3_BWD_INSTANCE(dtype, hdim, mask) \
+  Status bwd_##dtype##_hdim##hdim##_##mask(const BwdParams&, cudaStream_t);
+#include "bwd_registry.inc"
+#undef FA3_BWD_INSTANCE
+
+const std::vector<BwdKernelEntry>& bwd_kernels() {
+  static const std::vector<BwdKernelEntry> kernels = {
+#define FA3_BWD_INSTANCE(dtype, hdim, mask)                                                              \
+  {std::string(#dtype) == "fp16" ? DType::kFloat16 : DType::kBFloat16, hdim, std::string(#mask) == "causal", \
+   &bwd_##dtype##_hdim##hdim##_##mask},
+#include "bwd_registry.inc"
+#undef FA3_BWD_INSTANCE
+  };
+  return kernels;
+}
+
+std::vector<DType> bwd_dtypes() {
+  std::vector<DType> out;
+  for (const BwdKernelEntry& k : bwd_kernels()) {
+    if (std::find(out.begin(), out.end(), k.dtype) == out.end()) out.push_back(k.dtype);
+  }
+  return out;
+}
+
+std::vector<int> bwd_head_dims() {
+  std::vector<int> out;
+  for (const BwdKernelEntry& k : bwd_kernels()) {
+    if (std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
+  const BwdConfig cfg = bwd_config(static_cast<int>(p.head_dim));
+  const BwdShape shape{p.batch, p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv, p.head_dim};
+  return bwd_workspace_layout(shape, cfg.block_m, cfg.block_n, deterministic);
+}
+
+BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) {
+  BwdParams b;
+  b.q = a.q.data;
+  b.k = a.k.data;
+  b.v = a.v.data;
+  b.out = a.out.data;
+  b.dout = a.dout.data;
+  b.lse = static_cast<const float*>(a.lse.data);
+  b.dq = a.dq.data;
+  b.dk = a.dk.data;
+  b.dv = a.dv.data;
+  const auto strides = [](const TensorView& t, std::int64_t* batch, std::int64_t* row, std::int64_t* head) {
+    *batch = t.stride[0];
+    *row = t.stride[1];
+    *head = t.stride[2];
+  };
+  strides(a.q, &b.q_batch_stride, &b.q_row_stride, &b.q_head_stride);
+  strides(a.k, &b.k_batch_stride, &b.k_row_stride, &b.k_head_stride);
+  strides(a.v, &b.v_batch_stride, &b.v_row_stride, &b.v_head_stride);
+  strides(a.out, &b.o_batch_stride, &b.o_row_stride, &b.o_head_stride);
+  strides(a.dout, &b.do_batch_stride, &b.do_row_stride, &b.do_head_stride);
+  strides(a.dq, &b.dq_batch_stride, &b.dq_row_stride, &b.dq_head_stride);
+  strides(a.dk, &b.dk_batch_stride, &b.dk_row_stride, &b.dk_head_stride);
+  strides(a.dv, &b.dv_batch_stride, &b.dv_row_stride, &b.dv_head_stride);
+  b.lse_batch_stride = a.lse.stride[0];
+  b.lse_head_stride = a.lse.stride[1];
+  b.lse_row_stride = a.lse.stride[2];
+  b.batch = static_cast<int>(p.batch);
+  b.seqlen_q = static_cast<int>(p.seqlen_q);
+  b.seqlen_k = static_cast<int>(p.seqlen_k);
+  b.nheads_q = static_cast<int>(p.nheads_q);
+  b.nheads_kv = static_cast<int>(p.nheads_kv);
+  b.head_dim = static_cast<int>(p.head_dim);
+  b.softmax_scale = p.softmax_scale;
+  b.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
+  b.deterministic = a.deterministic;
+  b.workspace = a.workspace;
+  b.layout = bwd_workspace(p, a.deterministic);
+  b.num_sms = num_sms;
+  return b;
+}
+
+Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
+  for (const BwdKernelEntry& k : bwd_kernels()) {
+    if (k.dtype == a.q.dtype && k.head_dim == p.head_dim && k.causal == p.causal) {
+      return k.launch(make_bwd_params(p, a, num_sms), stream);
+    }
+  }
+  return {StatusCode::kNotSupported, std::string("no backward kernel was built for dtype ") + dtype_name(a.q.dtype) +
+                                         ", head dim " + std::to_string(p.head_dim) +
+                                         ", mask " + (p.causal ? "causal" : "plain")};
+}
+
+}  // namespace fa3::hopper

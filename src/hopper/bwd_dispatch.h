@@ -1,0 +1,38 @@
+// fa3 — the compiled backward kernels, and running one for a validated problem.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "api/problem.h"
+#include "fa3/attention.h"
+#include "hopper/bwd_params.h"
+
+namespace fa3::hopper {
+
+// One compiled backward kernel family (preprocess, main kernel, postprocess) from the
+// configure-time kernel list.
+struct BwdKernelEntry {
+  DType dtype;
+  int head_dim;
+  bool causal;
+  Status (*launch)(const BwdParams&, cudaStream_t);
+};
+
+const std::vector<BwdKernelEntry>& bwd_kernels();
+
+// What was compiled.
+std::vector<DType> bwd_dtypes();
+std::vector<int> bwd_head_dims();
+
+// The workspace a call on `p` needs (hopper/bwd_workspace.h).
+BwdWorkspace bwd_workspace(const Problem& p, bool deterministic);
+
+// Builds BwdParams from validated arguments; `num_sms` bounds the persistent grid.
+BwdParams make_bwd_params(const Problem& p, const BackwardArgs& args, int num_sms);
+
+Status run_backward(const Problem& p, const BackwardArgs& args, int num_sms, cudaStream_t stream);
+
+}  // namespace fa3::hopper

@@ -1,0 +1,363 @@
+// fa3 — the backward kernel: warpgroup roles, register budgets, the persistent tile
+// loop, and the handshakes between roles. A tile is one key block of one (head, batch):
+// its K and V stay in shared memory and its dK and dV in the consumers' registers,
+// while the query blocks that see the keys stream past.
+//
+// Warpgroup 0 is the producer: warp 0 picks tiles and issues every load; warp 1, where
+// dQ is staged in shared memory (BwdConfig::dq_tma), adds each step's dQ partial sums
+// to the global accumulator by bulk reduce-add. Warpgroups 1.. are consumers
+// (hopper/bwd_mainloop.cuh). Handshakes:
+//   K, V : one buffer each. The producer writes the tile's coordinates into `tile`,
+//          then arms kv_full with K's and V's TMA loads; n_block -1 (armed with no load)
+//          means no more tiles. kv_empty counts every consumer thread (and the dQ
+//          warp's lanes, which read the coordinates too) once it is done with the tile.
+//   Q, dO: rings, one stage per query block, LSE riding with Q and D with dO; every
+//          consumer thread reads the statistics, so every one releases the stage.
+//   dQ   : per consumer warpgroup a pair of named barriers with the dQ warp (its part
+//          of the staging buffer is full / was read).
+// dK and dV leave through K's and V's buffers by TMA store, or, with GQA/MQA, are added
+// to fp32 accumulators (the postprocess converts them).
+//
+// Deterministic mode fixes the order of every sum across CTAs with counters in the
+// workspace: a tile adds its dQ part of query block m only after the key blocks before
+// it in a fixed order have, and a query head adds its dK/dV part only after the lower
+// heads of its KV group have. The tile scheduler hands tiles out in an order
+// consistent with both (tile_block), so the tile every other waits for is always
+// running and nothing deadlocks.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "hopper/barriers.cuh"
+#include "hopper/bwd_mainloop.cuh"
+#include "hopper/bwd_params.h"
+#include "hopper/bwd_traits.cuh"
+#include "hopper/tile_scheduler.cuh"
+
+namespace fa3::hopper {
+
+template <class Traits_, class Mask_>
+struct BwdKernel {
+  using Traits = Traits_;
+  using Mask = Mask_;
+  using Element = typename Traits::Element;
+  using SharedStorage = typename Traits::SharedStorage;
+  using QPipeline = typename Traits::QPipeline;
+  using DoPipeline = typename Traits::DoPipeline;
+  using Scheduler = TileScheduler<Mask::kCausal>;
+  using Consumer = BwdConsumer<Traits, Mask>;
+  using BN = typename Traits::BN;
+  using D = typename Traits::D;
+  static constexpr int kThreads = Traits::kThreads;
+  static constexpr int kConsumerThreads = Traits::kConsumerThreads;
+  static constexpr bool kDqWarp = Traits::kCfg.dq_tma;
+  // A consumer warpgroup and the dQ warp meet at its dQ barriers.
+  static constexpr int kDqBarrierThreads = 128 + 32;
+
+  struct Params {
+    typename Traits::TmaQ tma_q;
+    typename Traits::TmaDo tma_do;
+    typename Traits::TmaK tma_k;
+    typename Traits::TmaV tma_v;
+    typename Traits::TmaDk tma_dk;
+    typename Traits::TmaDv tma_dv;
+    BwdParams p;
+    int heads_per_group;  // tile order: (batch, head) pairs sharing Q and dO in L2
+  };
+
+  __device__ static void run(const Params& params, char* smem_raw) {
+    SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+    const int warp = cutlass::canonical_warp_idx_sync();
+    const int warp_group = warp / 4;
+
+    if (threadIdx.x == 0) {
+      QPipeline::init(smem.q_pipe, kConsumerThreads);
+      DoPipeline::init(smem.do_pipe, kConsumerThreads);
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
+      cutlass::arch::ClusterBarrier::init(&smem.kv_empty, kConsumerThreads + (kDqWarp ? 32 : 0));
+      cutlass::arch::fence_barrier_init();
+    }
+    __syncthreads();
+
+    QPipeline q_pipe{&smem.q_pipe};
+    DoPipeline do_pipe{&smem.do_pipe};
+    const Mask mask(params.p);
+
+    if (warp_group == 0) {
+      cutlass::arch::warpgroup_reg_dealloc<Traits::kCfg.producer_regs>();
+      if (warp == 0) {
+        produce(params, smem, q_pipe, do_pipe, mask);
+      } else if (warp == 1 && kDqWarp) {
+        add_dq(params, smem, mask);
+      }
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<Traits::kCfg.consumer_regs>();
+      consume(params, smem, q_pipe, do_pipe, mask, static_cast<int>(threadIdx.x) - 128);
+    }
+  }
+
+ private:
+  // The key block of scheduler tile `tile`. The scheduler hands causal tiles out
+  // highest block first; a causal key block is the longer to run the lower it is (more
+  // query blocks see it), so the order is reversed to run the longest first. In
+  // deterministic mode causal dQ sums go highest key block first, and tiles must come
+  // in that order.
+  __device__ static int tile_block(const Params& params, int n_blocks, int block) {
+    if constexpr (Mask::kCausal) {
+      return params.p.deterministic ? block : n_blocks - 1 - block;
+    } else {
+      return block;
+    }
+  }
+
+  // In deterministic mode, how many key blocks add their dQ part of query block m_block
+  // before key block n_block does: lower blocks first, except with a causal mask,
+  // whose diagonal blocks reach a query block first (each tile walks its query blocks
+  // upwards from its diagonal).
+  __device__ static int dq_turn(const Mask& mask, int n_block, int m_block) {
+    if constexpr (Mask::kCausal) {
+      return mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(m_block) - 1 - n_block;
+    } else {
+      return n_block;
+    }
+  }
+
+  __device__ static int* workspace_ints(const BwdParams& p, std::size_t offset) {
+    return reinterpret_cast<int*>(static_cast<char*>(p.workspace) + offset);
+  }
+  __device__ static float* workspace_floats(const BwdParams& p, std::size_t offset) {
+    return reinterpret_cast<float*>(static_cast<char*>(p.workspace) + offset);
+  }
+
+  __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, DoPipeline& do_pipe,
+                                 const Mask& mask) {
+    const BwdParams& p = params.p;
+    const int n_blocks = static_cast<int>(p.layout.n_blocks);
+    const Scheduler scheduler(n_blocks, p.nheads_q, p.batch, params.heads_per_group);
+    int* counter = workspace_ints(p, p.layout.tile_counter);
+    const bool leader = cute::elect_one_sync();
+    if (leader) {
+      cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_do.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+    }
+    BwdProducer<Traits> producer;
+    for (int t = scheduler.first();;) {
+      const bool valid = scheduler.valid(t);
+      int next = 0;
+      if (leader) {
+        if (valid) {
+          next = scheduler.next(t, counter);
+          TileCoord tile = scheduler.coord(t);
+          tile.m_block = tile_block(params, n_blocks, tile.m_block);
+          const QueryRange range = query_range<Traits>(mask, tile.m_block);
+          // The first step's Q and dO go out before the wait for K/V's buffers, which
+          // lasts until the previous tile's epilogue is done with them.
+          if (range.begin < range.end) producer.load_step(params, smem, q_pipe, do_pipe, tile, range.begin);
+          producer.announce(params, smem, tile, tile.m_block);
+#pragma unroll 1
+          for (int m = range.begin + 1; m < range.end; ++m) producer.load_step(params, smem, q_pipe, do_pipe, tile, m);
+        } else {
+          producer.announce(params, smem, TileCoord{-1, 0, 0}, 0);
+        }
+      }
+      if (!valid) break;
+      t = __shfl_sync(0xffffffffu, next, 0);
+    }
+  }
+
+  // The dQ warp: adds each step's dQ partial sums, one part per consumer warpgroup,
+  // from shared memory to the accumulator.
+  __device__ static void add_dq(const Params& params, SharedStorage& smem, const Mask& mask) {
+    const BwdParams& p = params.p;
+    const int lane = threadIdx.x % 32;
+    std::uint32_t phase = 0;
+    for (;;) {
+      arch::mbarrier_wait(&smem.kv_full, phase);
+      phase ^= 1u;
+      const TileCoord tile = smem.tile.tile;
+      arch::mbarrier_arrive(&smem.kv_empty);
+      if (tile.m_block < 0) break;
+      const int n_block = tile.m_block;
+      const std::int64_t bh = static_cast<std::int64_t>(tile.batch) * p.nheads_q + tile.head;
+      const QueryRange range = query_range<Traits>(mask, n_block);
+#pragma unroll 1
+      for (int m = range.begin; m < range.end; ++m) {
+        float* dq = workspace_floats(p, p.layout.dq_accum) +
+                    (bh * p.layout.m_blocks + m) * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
+        int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + bh * p.layout.m_blocks + m : nullptr;
+        const int my_turn = dq_turn(mask, n_block, m);
+        if (turn != nullptr && lane == 0) {
+          arch::wait_counter(turn, my_turn);
+          asm volatile("fence.proxy.async.global;" ::: "memory");
+        }
+        CUTE_UNROLL
+        for (int w = 0; w < Traits::kWGs; ++w) {
+          barrier_sync(dq_full_barrier(w), kDqBarrierThreads);
+          if (lane == 0) {
+            arch::bulk_reduce_add_f32(dq + w * Traits::kDqPerWG, smem.dq + w * Traits::kDqPerWG,
+                                      Traits::kDqPerWG * sizeof(float));
+            cute::tma_store_arrive();
+          }
+        }
+        if (lane == 0) cute::tma_store_wait<0>();
+        __syncwarp();
+        CUTE_UNROLL
+        for (int w = 0; w < Traits::kWGs; ++w) barrier_arrive(dq_empty_barrier(w), kDqBarrierThreads);
+        if (turn != nullptr && lane == 0) {
+          arch::bulk_wait_complete();
+          arch::publish_counter(turn, my_turn + 1);
+        }
+      }
+    }
+  }
+
+  __device__ static void consume(const Params& params, SharedStorage& smem, QPipeline& q_pipe, DoPipeline& do_pipe,
+                                 const Mask& mask, int tid) {
+    Consumer consumer(tid);
+    // The dQ staging buffer starts free: one warp of each warpgroup stands in for the
+    // dQ warp's first "read" arrival.
+    if constexpr (kDqWarp) {
+      if (tid % 128 < 32) barrier_arrive(dq_empty_barrier(consumer.wg), kDqBarrierThreads);
+    }
+    std::uint32_t phase = 0;
+    for (;;) {
+      arch::mbarrier_wait(&smem.kv_full, phase);
+      phase ^= 1u;
+      const TileCoord tile = smem.tile.tile;
+      if (tile.m_block < 0) break;
+      const int n_block = tile.m_block;
+      auto tdKrdK = consumer.dkv_accumulator();
+      auto tdVrdV = consumer.dkv_accumulator();
+      cute::clear(tdKrdK);
+      cute::clear(tdVrdV);
+      const QueryRange range = query_range<Traits>(mask, n_block);
+#pragma unroll 1
+      for (int m = range.begin; m < range.end; ++m) {
+        consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV,
+                      [&](auto& dq, int slice) { store_dq(params.p, smem, mask, tid, tile, m, dq, slice); });
+      }
+      store_dkv(params, smem, tid, tile, tdKrdK, tdVrdV);
+    }
+  }
+
+  // Hands a step's dQ partial sums on (slice `slice` of Traits::kDqSlices): into this
+  // warpgroup's part of the staging buffer for the dQ warp, or straight into the
+  // accumulator by red. Four consecutive values per thread, threads interleaved
+  // (hopper/bwd_workspace.h).
+  template <class FragDq>
+  __device__ static void store_dq(const BwdParams& p, SharedStorage& smem, const Mask& mask, int tid,
+                                  TileCoord tile, int m_block, const FragDq& dq, int slice) {
+    const int wg = tid / 128;
+    constexpr int kVecs = decltype(cute::size(dq))::value / 4;
+    if constexpr (kDqWarp) {
+      barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
+      float4* dst = reinterpret_cast<float4*>(smem.dq + wg * Traits::kDqPerWG) + tid % 128;
+      CUTE_UNROLL
+      for (int i = 0; i < kVecs; ++i) dst[i * 128] = make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3));
+      cutlass::arch::fence_view_async_shared();
+      barrier_arrive(dq_full_barrier(wg), kDqBarrierThreads);
+    } else {
+      const std::int64_t bh = static_cast<std::int64_t>(tile.batch) * p.nheads_q + tile.head;
+      float* block = workspace_floats(p, p.layout.dq_accum) +
+                     (bh * p.layout.m_blocks + m_block) * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
+      float4* dst = reinterpret_cast<float4*>(block + wg * Traits::kDqPerWG) + (slice * kVecs) * 128 + tid % 128;
+      int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + bh * p.layout.m_blocks + m_block : nullptr;
+      const int my_turn = dq_turn(mask, tile.m_block, m_block);
+      if (slice == 0) take_turn(turn, my_turn, tid);
+      CUTE_UNROLL
+      for (int i = 0; i < kVecs; ++i) {
+        atomicAdd(dst + i * 128, make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3)));
+      }
+      if (slice == Traits::kDqSlices - 1) pass_turn(turn, my_turn, tid);
+    }
+  }
+
+  // Deterministic mode (`turn` set): every consumer thread waits until the sums whose
+  // turn comes before `my_turn` are in, adds its part, and then passes the turn on.
+  __device__ static void take_turn(int* turn, int my_turn, int tid) {
+    if (turn == nullptr) return;
+    if (tid == 0) arch::wait_counter(turn, my_turn);
+    barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+  }
+  __device__ static void pass_turn(int* turn, int my_turn, int tid) {
+    if (turn == nullptr) return;
+    __threadfence();
+    barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+    if (tid == 0) arch::publish_counter(turn, my_turn + 1);
+  }
+
+  // The tile's dK (scaled by the softmax scale) and dV: through K's and V's buffers by
+  // TMA store, or (GQA/MQA) added to the fp32 accumulators. Then the buffers are free.
+  template <class FragDkv>
+  __device__ static void store_dkv(const Params& params, SharedStorage& smem, int tid, TileCoord tile,
+                                   FragDkv& tdKrdK, const FragDkv& tdVrdV) {
+    using namespace cute;
+    const BwdParams& p = params.p;
+    CUTE_UNROLL
+    for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
+    const int n_block = tile.m_block;
+    if (!p.layout.gqa) {
+      // Every warpgroup's GEMMs are done with K and V before any overwrites them.
+      barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+      typename Traits::TiledMmaDkv mma_dkv;
+      auto copy_dkv = make_tiled_copy_C(typename Traits::CopyAtomDkv{}, mma_dkv);
+      auto thr_copy = copy_dkv.get_thread_slice(tid);
+      Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
+      Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
+      Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{});
+      Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
+      auto rdK = convert_fragment<Element>(tdKrdK);
+      auto rdV = convert_fragment<Element>(tdVrdV);
+      copy(copy_dkv, thr_copy.retile_S(rdK),
+           thr_copy.partition_D(as_position_independent_swizzle_tensor(conditional_return<Traits::kDkvSwap>(sKt, sK))));
+      copy(copy_dkv, thr_copy.retile_S(rdV),
+           thr_copy.partition_D(as_position_independent_swizzle_tensor(conditional_return<Traits::kDkvSwap>(sVt, sV))));
+      cutlass::arch::fence_view_async_shared();
+      barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+      if (tid == 0) {
+        // MHA: the KV head is the query head.
+        Tensor mdK = params.tma_dk.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
+        Tensor gdK = local_tile(mdK(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+        auto [tdKgK, tdKsK] =
+            tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gdK));
+        copy(params.tma_dk, tdKsK, tdKgK);
+        Tensor mdV = params.tma_dv.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
+        Tensor gdV = local_tile(mdV(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+        auto [tdVgV, tdVsV] =
+            tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gdV));
+        copy(params.tma_dv, tdVsV, tdVgV);
+        tma_store_arrive();
+        tma_store_wait<0>();
+      }
+    } else {
+      const int group = p.nheads_q / p.nheads_kv;
+      const std::int64_t bhk = static_cast<std::int64_t>(tile.batch) * p.nheads_kv + tile.head / group;
+      const std::int64_t offset = (bhk * p.layout.n_blocks + n_block) * (Traits::kBlockN * Traits::kHeadDim) +
+                                  (tid / 128) * Traits::kDkvPerWG;
+      float4* dk = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dk_accum) + offset) + tid % 128;
+      float4* dv = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dv_accum) + offset) + tid % 128;
+      int* turn = p.deterministic ? workspace_ints(p, p.layout.dkv_semaphore) + bhk * p.layout.n_blocks + n_block
+                                  : nullptr;
+      take_turn(turn, tile.head % group, tid);
+      CUTE_UNROLL
+      for (int i = 0; i < size(tdKrdK) / 4; ++i) {
+        atomicAdd(dk + i * 128, make_float4(tdKrdK(4 * i), tdKrdK(4 * i + 1), tdKrdK(4 * i + 2), tdKrdK(4 * i + 3)));
+        atomicAdd(dv + i * 128, make_float4(tdVrdV(4 * i), tdVrdV(4 * i + 1), tdVrdV(4 * i + 2), tdVrdV(4 * i + 3)));
+      }
+      pass_turn(turn, tile.head % group, tid);
+    }
+    arch::mbarrier_arrive(&smem.kv_empty);
+  }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1) bwd_kernel(const __grid_constant__ typename Kernel::Params params) {
+  extern __shared__ __align__(1024) char smem[];
+  Kernel::run(params, smem);
+}
+
+}  // namespace fa3::hopper

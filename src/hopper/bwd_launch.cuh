@@ -1,0 +1,147 @@
+// fa3 — host side of the backward pass: TMA descriptors, grids, the three launches
+// (preprocess, main kernel, postprocess). Included only by the generated
+// per-(dtype, head dim, mask) translation units.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include <cute/tensor.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "fa3/status.h"
+#include "hopper/bwd_config.h"
+#include "hopper/bwd_kernel.cuh"
+#include "hopper/bwd_params.h"
+#include "hopper/bwd_post.cuh"
+#include "hopper/bwd_pre.cuh"
+#include "hopper/bwd_traits.cuh"
+#include "hopper/launch_util.h"
+#include "hopper/mask.cuh"
+#include "hopper/tile_scheduler.cuh"
+
+namespace fa3::hopper {
+
+// dQ from its accumulator: one CTA per (query block, head, batch).
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dq(const __grid_constant__ BwdParams p) {
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const std::int64_t bh = static_cast<std::int64_t>(batch) * p.nheads_q + head;
+  const char* ws = static_cast<const char*>(p.workspace);
+  AccumTarget t;
+  t.accum = reinterpret_cast<const float*>(ws + p.layout.dq_accum) +
+            (bh * p.layout.m_blocks + m_block) * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
+  t.out = static_cast<typename Traits::Element*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride +
+          static_cast<std::int64_t>(m_block) * Traits::kBlockM * p.dq_row_stride;
+  t.row_stride = p.dq_row_stride;
+  t.rows = std::min(static_cast<int>(Traits::kBlockM), p.seqlen_q - m_block * Traits::kBlockM);
+  t.scale = p.softmax_scale;
+  convert_accum_block<typename Traits::Element, typename Traits::TiledMmaDq, Traits::kBlockM, Traits::kHeadDim,
+                      Traits::kDqSwap>(t);
+}
+
+// GQA/MQA: dK (blockIdx.z even) or dV (odd) from its accumulator, one CTA per
+// (key block, KV head, batch and which).
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dkv(const __grid_constant__ BwdParams p) {
+  const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z / 2;
+  const bool is_dv = blockIdx.z % 2 != 0;
+  const std::int64_t bh = static_cast<std::int64_t>(batch) * p.nheads_kv + head;
+  const char* ws = static_cast<const char*>(p.workspace);
+  AccumTarget t;
+  t.accum = reinterpret_cast<const float*>(ws + (is_dv ? p.layout.dv_accum : p.layout.dk_accum)) +
+            (bh * p.layout.n_blocks + n_block) * static_cast<std::int64_t>(Traits::kBlockN * Traits::kHeadDim);
+  const std::int64_t row_stride = is_dv ? p.dv_row_stride : p.dk_row_stride;
+  t.out = static_cast<typename Traits::Element*>(is_dv ? p.dv : p.dk) +
+          batch * (is_dv ? p.dv_batch_stride : p.dk_batch_stride) + head * (is_dv ? p.dv_head_stride : p.dk_head_stride) +
+          static_cast<std::int64_t>(n_block) * Traits::kBlockN * row_stride;
+  t.row_stride = row_stride;
+  t.rows = std::min(static_cast<int>(Traits::kBlockN), p.seqlen_k - n_block * Traits::kBlockN);
+  t.scale = 1.f;  // dK was scaled before it was summed
+  convert_accum_block<typename Traits::Element, typename Traits::TiledMmaDkv, Traits::kBlockN, Traits::kHeadDim,
+                      Traits::kDkvSwap>(t);
+}
+
+template <class Element, int kHeadDim, class Mask>
+Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
+  using namespace cute;
+  constexpr BwdConfig kCfg = bwd_config(kHeadDim);
+  using Traits = BwdTraits<Element, kHeadDim, kCfg>;
+  using Kernel = BwdKernel<Traits, Mask>;
+  using Stride = typename Traits::GmemStride;
+  using BM = typename Traits::BM;
+  using BN = typename Traits::BN;
+  using D = typename Traits::D;
+
+  const std::int64_t d = p.head_dim;
+  auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
+  auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads) {
+    return Stride{detail::usable_stride(row, rows, d), _1{}, detail::usable_stride(head, heads, d * rows),
+                  detail::usable_stride(batch, p.batch, d * rows * heads)};
+  };
+  auto q_shape = make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch);
+  auto kv_shape = make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch);
+  const auto q_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch) {
+    return make_tensor(gmem(ptr), q_shape, strides(row, head, batch, p.seqlen_q, p.nheads_q));
+  };
+  const auto kv_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch) {
+    return make_tensor(gmem(ptr), kv_shape, strides(row, head, batch, p.seqlen_k, p.nheads_kv));
+  };
+  typename Kernel::Params params{
+      make_tma_copy(SM90_TMA_LOAD{}, q_tensor(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+                    take<0, 2>(typename Traits::SmemLayoutQ{}), Shape<BM, D>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, q_tensor(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride),
+                    take<0, 2>(typename Traits::SmemLayoutDo{}), Shape<BM, D>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+                    typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+                    typename Traits::SmemLayoutV{}, Shape<BN, D>{}, _1{}),
+      // MHA only (GQA/MQA sums dK and dV in the workspace): dK, dV shaped like K, V.
+      make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride),
+                    typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),
+      make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride),
+                    typename Traits::SmemLayoutV{}, Shape<BN, D>{}, _1{}),
+      p,
+      1,
+  };
+  const int n_blocks = static_cast<int>(p.layout.n_blocks);
+  const int m_blocks = static_cast<int>(p.layout.m_blocks);
+  if constexpr (Mask::kCausal) {
+    // Every tile of a head reads all of its Q and dO.
+    const double q_do_bytes = 2.0 * p.seqlen_q * p.head_dim * sizeof(Element);
+    params.heads_per_group = causal_heads_per_group(q_do_bytes, 1, static_cast<std::int64_t>(p.nheads_q) * p.batch,
+                                                    p.num_sms, Traits::kBlockN, n_blocks);
+  }
+  const std::int64_t tiles = static_cast<std::int64_t>(n_blocks) * p.nheads_q * p.batch;
+  if (tiles > INT32_MAX - std::max(p.num_sms, 1)) {
+    return {StatusCode::kInvalidArgument, "problem too large: about 2^31 key tiles or more"};
+  }
+  if (p.nheads_q > 65535 || p.batch > 65535 / 2) {
+    return {StatusCode::kNotSupported, "backward: more than 65535 heads or 32767 sequences in one call"};
+  }
+
+  bwd_preprocess<Element, Traits::kBlockM, kHeadDim><<<dim3(m_blocks, p.nheads_q, p.batch), kBwdPreThreads, 0, stream>>>(p);
+  const Status pre = detail::cuda_status(cudaGetLastError(), "backward preprocess launch");
+  if (!pre.is_ok()) return pre;
+
+  auto kernel = bwd_kernel<Kernel>;
+  const Status attr = detail::cuda_status(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+      "cudaFuncSetAttribute(max dynamic shared memory)");
+  if (!attr.is_ok()) return attr;
+  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(p.num_sms, 1)));
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
+  const Status main = detail::cuda_status(cudaGetLastError(), "backward kernel launch");
+  if (!main.is_ok()) return main;
+
+  bwd_convert_dq<Traits><<<dim3(m_blocks, p.nheads_q, p.batch), Traits::kConsumerThreads, 0, stream>>>(p);
+  const Status post = detail::cuda_status(cudaGetLastError(), "backward dQ conversion launch");
+  if (!post.is_ok() || !p.layout.gqa) return post;
+  bwd_convert_dkv<Traits><<<dim3(n_blocks, p.nheads_kv, 2 * p.batch), Traits::kConsumerThreads, 0, stream>>>(p);
+  return detail::cuda_status(cudaGetLastError(), "backward dK/dV conversion launch");
+}
+
+}  // namespace fa3::hopper

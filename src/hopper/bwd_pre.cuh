@@ -1,0 +1,74 @@
+// fa3 — the backward's preprocess kernel: for every query row, D = rowsum(dO∘O) and
+// LSE·log2(e) in the layout the main kernel loads by query block (hopper/bwd_workspace.h);
+// it also zeroes the dQ accumulator and the rest of the workspace that sums start from.
+//
+// One CTA per (query block, head, batch), a warp per row at a time: a lane reads 16
+// bytes of dO and of O (head dims up to 256 fill at most one such load per lane).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+#include "hopper/bwd_params.h"
+
+namespace fa3::hopper {
+
+inline constexpr int kBwdPreThreads = 256;
+
+template <class Element, int kBlockM, int kHeadDim>
+__global__ void __launch_bounds__(kBwdPreThreads) bwd_preprocess(const __grid_constant__ BwdParams p) {
+  static_assert(kHeadDim % 8 == 0 && kHeadDim / 8 <= 32, "one 16-byte load per lane and row");
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  char* ws = static_cast<char*>(p.workspace);
+  const std::int64_t bh = static_cast<std::int64_t>(batch) * p.nheads_q + head;
+  const std::int64_t rows = p.layout.m_blocks * kBlockM;
+  float* lse_log2 = reinterpret_cast<float*>(ws + p.layout.lse_log2) + bh * rows;
+  float* dpsum = reinterpret_cast<float*>(ws + p.layout.dpsum) + bh * rows;
+
+  const auto* out = static_cast<const Element*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
+  const auto* dout = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride + head * p.do_head_stride;
+  for (int r = warp; r < kBlockM; r += kBwdPreThreads / 32) {
+    const int row = m_block * kBlockM + r;
+    float d = 0.f;
+    if (row < p.seqlen_q && lane < kHeadDim / 8) {
+      const auto o = *reinterpret_cast<const uint4*>(out + row * p.o_row_stride + lane * 8);
+      const auto g = *reinterpret_cast<const uint4*>(dout + row * p.do_row_stride + lane * 8);
+      const Element* oe = reinterpret_cast<const Element*>(&o);
+      const Element* ge = reinterpret_cast<const Element*>(&g);
+      CUTE_UNROLL
+      for (int i = 0; i < 8; ++i) d += static_cast<float>(oe[i]) * static_cast<float>(ge[i]);
+    }
+    CUTE_UNROLL
+    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+    if (lane == 0) {
+      // A row past the sequence end, or one that saw no key (LSE -inf), gets +inf: its
+      // probabilities exp2(s - inf) are then 0 and its gradients too.
+      float l = INFINITY;
+      if (row < p.seqlen_q) {
+        const float lse = p.lse[batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride];
+        if (lse != -INFINITY) l = lse * kLog2e;
+      }
+      lse_log2[m_block * kBlockM + r] = l;
+      dpsum[m_block * kBlockM + r] = row < p.seqlen_q ? d : 0.f;
+    }
+  }
+
+  // This block's dQ partial sums start at 0.
+  float4* dq = reinterpret_cast<float4*>(ws + p.layout.dq_accum) + (bh * rows + m_block * kBlockM) * kHeadDim / 4;
+  for (int i = threadIdx.x; i < kBlockM * kHeadDim / 4; i += kBwdPreThreads) dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  // The rest of what starts at 0 (dK/dV sums, counters), spread over the grid.
+  const std::int64_t zero_words = static_cast<std::int64_t>(p.layout.bytes - p.layout.zero_begin) / 16;
+  uint4* zero = reinterpret_cast<uint4*>(ws + p.layout.zero_begin);
+  const std::int64_t block = (static_cast<std::int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * gridDim.y * gridDim.z * kBwdPreThreads;
+  for (std::int64_t i = block * kBwdPreThreads + threadIdx.x; i < zero_words; i += stride) zero[i] = make_uint4(0, 0, 0, 0);
+}
+
+}  // namespace fa3::hopper

@@ -1,0 +1,24 @@
+// fa3 — small host helpers shared by the kernels' launch code.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "fa3/status.h"
+
+namespace fa3::hopper::detail {
+
+// TMA wants every stride a positive multiple of 16 bytes, also for extent-1 modes whose
+// stride is never used; give those the stride a packed layout would have.
+inline std::int64_t usable_stride(std::int64_t stride, std::int64_t extent, std::int64_t packed) {
+  return extent == 1 ? packed : stride;
+}
+
+inline Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
+}
+
+}  // namespace fa3::hopper::detail

@@ -1,0 +1,90 @@
+// The backward's configurations (hopper/bwd_config.h) and workspace layout
+// (hopper/bwd_workspace.h), checked on the host: every head dim's configuration fits
+// the registers and shared memory it launches with and splits its GEMMs evenly, and the
+// workspace's regions are aligned, disjoint, sized for what the kernels index and
+// zeroed where sums start.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hopper/bwd_config.h"
+#include "hopper/bwd_workspace.h"
+
+namespace fa3::hopper {
+namespace {
+
+constexpr int kHeadDims[] = {64, 96, 128, 192, 256};
+constexpr int kSmemLimitBytes = 227 * 1024;
+
+TEST(BwdConfig, EveryHeadDimFitsItsLaunch) {
+  for (int d : kHeadDims) {
+    SCOPED_TRACE(d);
+    const BwdConfig c = bwd_config(d);
+    EXPECT_TRUE(c.registers_fit());
+    EXPECT_LE(c.smem_bytes(d), kSmemLimitBytes);
+    EXPECT_GE(c.consumer_wgs, 2);
+    EXPECT_LE(c.consumer_wgs, 3);
+    // Each GEMM's warpgroups split its dimensions into 64-row atoms and whole N slices.
+    EXPECT_EQ(c.consumer_wgs % c.sdp_wg_m, 0);
+    EXPECT_EQ(c.consumer_wgs % c.dkv_wg_n, 0);
+    EXPECT_EQ(c.consumer_wgs % c.dq_wg_m, 0);
+    EXPECT_EQ(c.block_n % 16, 0);
+    EXPECT_EQ(c.block_m % 16, 0);
+    EXPECT_TRUE(c.do_stages == c.q_stages || c.do_stages == 1);
+    EXPECT_TRUE(c.ds_stages == c.q_stages || c.ds_stages == 1);
+    EXPECT_TRUE(c.dq_slices == 1 || !c.dq_tma);
+    // LSE and D of a query block travel by bulk copy: a multiple of 16 bytes.
+    EXPECT_EQ(c.block_m * 4 % 16, 0);
+  }
+}
+
+// Up to head dim 128 each warpgroup holds whole key rows of S and of dK/dV, so P and dS
+// reach the dK/dV GEMMs from registers; beyond, dK/dV split the head dim.
+TEST(BwdConfig, RegisterOperandsUpToHeadDim128) {
+  for (int d : kHeadDims) EXPECT_EQ(bwd_config(d).dkv_from_registers(), d <= 128) << d;
+}
+
+BwdShape shape(std::int64_t sq, std::int64_t sk, std::int64_t hq, std::int64_t hkv, std::int64_t d) {
+  return {3, sq, sk, hq, hkv, d};
+}
+
+TEST(BwdWorkspace, RegionsAreAlignedDisjointAndSized) {
+  for (bool deterministic : {false, true}) {
+    for (std::int64_t hkv : {8, 2}) {
+      const BwdShape s = shape(1000, 777, 8, hkv, 128);
+      const BwdWorkspace w = bwd_workspace_layout(s, 64, 128, deterministic);
+      SCOPED_TRACE(testing::Message() << "deterministic " << deterministic << " kv heads " << hkv);
+      EXPECT_EQ(w.m_blocks, 16);
+      EXPECT_EQ(w.n_blocks, 7);
+      EXPECT_EQ(w.gqa, hkv != 8);
+      const std::size_t regions[] = {w.dq_accum,     w.lse_log2,      w.dpsum,        w.dk_accum,
+                                     w.dv_accum,     w.dq_semaphore, w.dkv_semaphore, w.tile_counter};
+      for (std::size_t r : regions) EXPECT_EQ(r % BwdWorkspace::kAlign, 0u);
+      for (std::size_t i = 1; i < sizeof(regions) / sizeof(regions[0]); ++i) EXPECT_LE(regions[i - 1], regions[i]);
+      const std::size_t q_rows = static_cast<std::size_t>(3 * 8 * w.m_blocks * 64);
+      EXPECT_GE(w.lse_log2 - w.dq_accum, q_rows * 128 * 4);
+      EXPECT_GE(w.dpsum - w.lse_log2, q_rows * 4);
+      EXPECT_GE(w.zero_begin - w.dpsum, q_rows * 4);
+      const std::size_t k_elems = static_cast<std::size_t>(3 * hkv * w.n_blocks * 128 * 128);
+      EXPECT_EQ(w.dv_accum - w.dk_accum >= k_elems * 4, w.gqa);
+      EXPECT_EQ(w.dq_semaphore - w.dv_accum >= k_elems * 4, w.gqa);
+      EXPECT_EQ(w.dkv_semaphore - w.dq_semaphore >= static_cast<std::size_t>(3 * 8 * w.m_blocks) * 4, deterministic);
+      EXPECT_EQ(w.tile_counter - w.dkv_semaphore >= static_cast<std::size_t>(3 * hkv * w.n_blocks) * 4,
+                deterministic && w.gqa);
+      EXPECT_GE(w.bytes, w.tile_counter + 4);
+      // What sums start from is zeroed: the dK/dV accumulators, counters, tile counter.
+      EXPECT_EQ(w.zero_begin, w.dk_accum);
+    }
+  }
+}
+
+TEST(BwdWorkspace, GrowsOnlyWithWhatTheCallNeeds) {
+  const std::size_t plain = bwd_workspace_layout(shape(512, 512, 8, 8, 64), 128, 128, false).bytes;
+  EXPECT_GT(bwd_workspace_layout(shape(512, 512, 8, 2, 64), 128, 128, false).bytes, plain);
+  EXPECT_GT(bwd_workspace_layout(shape(512, 512, 8, 8, 64), 128, 128, true).bytes, plain);
+  EXPECT_EQ(bwd_workspace_layout(shape(513, 512, 8, 8, 64), 128, 128, false).m_blocks, 5);
+}
+
+}  // namespace
+}  // namespace fa3::hopper
