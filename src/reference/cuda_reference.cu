@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 namespace fa3::reference {
 namespace {
@@ -19,15 +20,61 @@ struct View {
 
 View make_view(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
 
-struct Args {
-  View q, k, v;
-  float* out;
-  float* lse;
+__device__ long long offset(const View& v, int b, int row, int head) {
+  return b * v.batch_stride + row * v.row_stride + head * v.head_stride;
+}
+
+// Sizes, mask and score options of a problem, as the kernels read them.
+struct Dims {
   int batch, seqlen_q, seqlen_k, nheads_q, nheads_kv, head_dim;
   float scale, softcap;
   long long window_left, window_right;
   bool round_like_inputs;
+
+  // Query i sees keys [first_key(i), last_key(i)] and key j is seen by queries
+  // [first_query(j), last_query(j)] (empty when first > last); the diagonal is aligned
+  // to the bottom-right corner, as in Problem::first_key / last_key.
+  __device__ long long diag() const { return static_cast<long long>(seqlen_k) - seqlen_q; }
+  __device__ int first_key(int i) const {
+    return window_left < 0 ? 0 : static_cast<int>(max(0LL, i + diag() - window_left));
+  }
+  __device__ int last_key(int i) const {
+    return window_right < 0 ? seqlen_k - 1 : static_cast<int>(min(seqlen_k - 1LL, i + diag() + window_right));
+  }
+  __device__ int first_query(int j) const {
+    return window_right < 0 ? 0 : static_cast<int>(max(0LL, j - diag() - window_right));
+  }
+  __device__ int last_query(int j) const {
+    return window_left < 0 ? seqlen_q - 1 : static_cast<int>(min(seqlen_q - 1LL, j - diag() + window_left));
+  }
+  __device__ int group() const { return nheads_q / nheads_kv; }
+
+  // Offsets of the dense fp32 arrays: q-like (batch, seqlen_q, nheads_q, head_dim),
+  // k-like (batch, seqlen_k, nheads_kv, head_dim), statistics (batch, nheads_q, seqlen_q).
+  __device__ long long q_dense(int b, int i, int h) const {
+    return ((static_cast<long long>(b) * seqlen_q + i) * nheads_q + h) * head_dim;
+  }
+  __device__ long long k_dense(int b, int j, int hk) const {
+    return ((static_cast<long long>(b) * seqlen_k + j) * nheads_kv + hk) * head_dim;
+  }
+  __device__ long long stat(int b, int h, int i) const {
+    return (static_cast<long long>(b) * nheads_q + h) * seqlen_q + i;
+  }
 };
+
+Dims make_dims(const Problem& p, Precision precision) {
+  return {static_cast<int>(p.batch),
+          static_cast<int>(p.seqlen_q),
+          static_cast<int>(p.seqlen_k),
+          static_cast<int>(p.nheads_q),
+          static_cast<int>(p.nheads_kv),
+          static_cast<int>(p.head_dim),
+          p.softmax_scale,
+          p.softcap,
+          p.window_left,
+          p.window_right,
+          precision == Precision::kLikeInputs};
+}
 
 template <class T>
 __device__ float load(const void* base, long long i) {
@@ -51,118 +98,275 @@ __device__ float round_like(float x) {
   }
 }
 
+// A head-dim row held across the warp: lane l holds elements l, l + 32, ...; zeros past
+// the head dim, so that dot products need no bounds.
+using Row = float[kMaxDimPerLane];
+
+template <class T>
+__device__ void load_row(Row& x, const void* base, long long first, int head_dim) {
+  const int lane = threadIdx.x % 32;
+  for (int e = 0; e < kMaxDimPerLane; ++e) {
+    const int d = lane + 32 * e;
+    x[e] = d < head_dim ? load<T>(base, first + d) : 0.f;
+  }
+}
+
+__device__ void store_row(float* base, long long first, int head_dim, const Row& x) {
+  const int lane = threadIdx.x % 32;
+  for (int e = 0; e < kMaxDimPerLane; ++e) {
+    const int d = lane + 32 * e;
+    if (d < head_dim) base[first + d] = x[e];
+  }
+}
+
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-// The score of (query row i, key j) as the kernels define it, or -inf when masked.
+__device__ float warp_dot(const Row& a, const Row& b) {
+  float s = 0.f;
+  for (int e = 0; e < kMaxDimPerLane; ++e) s += a[e] * b[e];
+  return warp_sum(s);
+}
+
+// The softmax input for a raw q.k dot product as the kernels define it (stored like a
+// score matrix, scaled, optionally capped), and its derivative with respect to the dot
+// product: the scale, times tanh' under softcap.
 template <class T>
-__device__ float score(const Args& a, const float (&q)[kMaxDimPerLane], int b, int hk, int i, int j) {
-  const long long diag = static_cast<long long>(i) + a.seqlen_k - a.seqlen_q;
-  if ((a.window_left >= 0 && j < diag - a.window_left) || (a.window_right >= 0 && j > diag + a.window_right)) {
-    return -INFINITY;
+__device__ float logit(const Dims& d, float dot, float* slope) {
+  float s = (d.round_like_inputs ? round_like<T>(dot) : dot) * d.scale;
+  *slope = d.scale;
+  if (d.softcap > 0.f) {
+    const float t = tanhf(s / d.softcap);
+    s = d.softcap * t;
+    *slope = d.scale * (1.f - t * t);
   }
-  const int lane = threadIdx.x % 32;
-  const long long base = b * a.k.batch_stride + j * a.k.row_stride + hk * a.k.head_stride;
-  float dot = 0.f;
-  for (int e = 0; e < kMaxDimPerLane; ++e) {
-    const int d = lane + 32 * e;
-    if (d < a.head_dim) dot += q[e] * load<T>(a.k.data, base + d);
-  }
-  float s = warp_sum(dot);
-  if (a.round_like_inputs) s = round_like<T>(s);
-  s *= a.scale;
-  if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
   return s;
 }
+
+// The (batch, head, row) of `batch` x `heads` x `seqlen` rows that this warp owns, one
+// warp per row in that order; false for warps past the end.
+__device__ bool warp_row(int batch, int heads, int seqlen, int* b, int* h, int* row) {
+  const long long id = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (id >= static_cast<long long>(batch) * heads * seqlen) return false;
+  *row = static_cast<int>(id % seqlen);
+  *h = static_cast<int>(id / seqlen % heads);
+  *b = static_cast<int>(id / (static_cast<long long>(seqlen) * heads));
+  return true;
+}
+
+template <class T>
+__device__ float maybe_round(const Dims& d, float x) {
+  return d.round_like_inputs ? round_like<T>(x) : x;
+}
+
+struct FwdArgs {
+  View q, k, v;
+  float* out;
+  float* lse;
+  Dims d;
+};
 
 // One warp per (batch, head, query row); two passes over the keys (statistics, then
 // output), which is what a naive implementation computes, so the "like inputs" mode
 // can round the normalized probabilities exactly where such an implementation would.
 template <class T>
-__global__ void reference_forward_kernel(Args a) {
-  const long long row_id = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const long long rows = static_cast<long long>(a.batch) * a.nheads_q * a.seqlen_q;
-  if (row_id >= rows) return;
-  const int lane = threadIdx.x % 32;
-  const int i = static_cast<int>(row_id % a.seqlen_q);
-  const int h = static_cast<int>((row_id / a.seqlen_q) % a.nheads_q);
-  const int b = static_cast<int>(row_id / (static_cast<long long>(a.seqlen_q) * a.nheads_q));
-  const int hk = h / (a.nheads_q / a.nheads_kv);
+__global__ void reference_forward_kernel(FwdArgs a) {
+  const Dims& d = a.d;
+  int b, h, i;
+  if (!warp_row(d.batch, d.nheads_q, d.seqlen_q, &b, &h, &i)) return;
+  const int hk = h / d.group();
+  const int first = d.first_key(i), last = d.last_key(i);
 
-  float q[kMaxDimPerLane];
-  const long long q_base = b * a.q.batch_stride + i * a.q.row_stride + h * a.q.head_stride;
-  for (int e = 0; e < kMaxDimPerLane; ++e) {
-    const int d = lane + 32 * e;
-    q[e] = d < a.head_dim ? load<T>(a.q.data, q_base + d) : 0.f;
-  }
+  Row q, k, v;
+  load_row<T>(q, a.q.data, offset(a.q, b, i, h), d.head_dim);
+  auto score = [&](int j) {
+    load_row<T>(k, a.k.data, offset(a.k, b, j, hk), d.head_dim);
+    float slope;
+    return logit<T>(d, warp_dot(q, k), &slope);
+  };
 
   float m = -INFINITY;
-  for (int j = 0; j < a.seqlen_k; ++j) m = fmaxf(m, score<T>(a, q, b, hk, i, j));
+  for (int j = first; j <= last; ++j) m = fmaxf(m, score(j));
   float sum = 0.f;
-  if (m != -INFINITY) {
-    for (int j = 0; j < a.seqlen_k; ++j) sum += expf(score<T>(a, q, b, hk, i, j) - m);
-  }
+  for (int j = first; j <= last; ++j) sum += expf(score(j) - m);
 
-  float o[kMaxDimPerLane] = {};
-  if (sum > 0.f) {
-    for (int j = 0; j < a.seqlen_k; ++j) {
-      float p = expf(score<T>(a, q, b, hk, i, j) - m) / sum;
-      if (a.round_like_inputs) p = round_like<T>(p);
-      if (p == 0.f) continue;
-      const long long v_base = b * a.v.batch_stride + j * a.v.row_stride + hk * a.v.head_stride;
+  Row o = {};
+  for (int j = first; j <= last; ++j) {
+    const float p = maybe_round<T>(d, expf(score(j) - m) / sum);
+    if (p == 0.f) continue;
+    load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim);
+    for (int e = 0; e < kMaxDimPerLane; ++e) o[e] += p * v[e];
+  }
+  for (float& x : o) x = maybe_round<T>(d, x);
+  store_row(a.out, d.q_dense(b, i, h), d.head_dim, o);
+  if (a.lse != nullptr && threadIdx.x % 32 == 0) a.lse[d.stat(b, h, i)] = sum > 0.f ? m + logf(sum) : -INFINITY;
+}
+
+struct BwdArgs {
+  View q, k, v, dout;
+  const float* out;  // the reference forward's, dense (rounded like the inputs in kLikeInputs)
+  const float* lse;  // dense statistics
+  float* delta;      // D = rowsum(dout * out), dense statistics
+  float *dq, *dk, *dv;
+  Dims d;
+};
+
+// The terms one (query row, key) pair adds to the gradients, from the rows held in
+// registers: P, and dS = P (dP - D) * slope, rounded where a naive low-precision
+// implementation stores them.
+struct PairTerms {
+  float p, ds;
+};
+
+template <class T>
+__device__ PairTerms pair_terms(const Dims& d, const Row& q, const Row& k, const Row& v, const Row& dout, float lse,
+                                float delta) {
+  float slope;
+  const float s = logit<T>(d, warp_dot(q, k), &slope);
+  const float p = maybe_round<T>(d, expf(s - lse));
+  const float dp = maybe_round<T>(d, warp_dot(dout, v));
+  return {p, maybe_round<T>(d, p * (dp - delta) * slope)};
+}
+
+// D for each query row: one warp per row. Rows that see no key have out = 0, so D = 0.
+template <class T>
+__global__ void reference_delta_kernel(BwdArgs a) {
+  const Dims& d = a.d;
+  int b, h, i;
+  if (!warp_row(d.batch, d.nheads_q, d.seqlen_q, &b, &h, &i)) return;
+  Row dout, out;
+  load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim);
+  load_row<float>(out, a.out, d.q_dense(b, i, h), d.head_dim);
+  const float delta = warp_dot(dout, out);
+  if (threadIdx.x % 32 == 0) a.delta[d.stat(b, h, i)] = delta;
+}
+
+// dq of one query row per warp: the sum over the keys it sees of dS * k, in key order.
+template <class T>
+__global__ void reference_dq_kernel(BwdArgs a) {
+  const Dims& d = a.d;
+  int b, h, i;
+  if (!warp_row(d.batch, d.nheads_q, d.seqlen_q, &b, &h, &i)) return;
+  const int hk = h / d.group();
+  const float lse = a.lse[d.stat(b, h, i)], delta = a.delta[d.stat(b, h, i)];
+
+  Row q, dout, k, v, dq = {};
+  load_row<T>(q, a.q.data, offset(a.q, b, i, h), d.head_dim);
+  load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim);
+  for (int j = d.first_key(i), last = d.last_key(i); j <= last; ++j) {
+    load_row<T>(k, a.k.data, offset(a.k, b, j, hk), d.head_dim);
+    load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim);
+    const PairTerms t = pair_terms<T>(d, q, k, v, dout, lse, delta);
+    for (int e = 0; e < kMaxDimPerLane; ++e) dq[e] += t.ds * k[e];
+  }
+  for (float& x : dq) x = maybe_round<T>(d, x);
+  store_row(a.dq, d.q_dense(b, i, h), d.head_dim, dq);
+}
+
+// dk and dv of one key row of one KV head per warp: sums over the query heads of its
+// group and the query rows that see the key, in (head, row) order as reference::backward
+// adds them.
+template <class T>
+__global__ void reference_dkdv_kernel(BwdArgs a) {
+  const Dims& d = a.d;
+  int b, hk, j;
+  if (!warp_row(d.batch, d.nheads_kv, d.seqlen_k, &b, &hk, &j)) return;
+
+  Row k, v, q, dout, dk = {}, dv = {};
+  load_row<T>(k, a.k.data, offset(a.k, b, j, hk), d.head_dim);
+  load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim);
+  for (int h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
+    for (int i = d.first_query(j), last = d.last_query(j); i <= last; ++i) {
+      load_row<T>(q, a.q.data, offset(a.q, b, i, h), d.head_dim);
+      load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim);
+      const PairTerms t = pair_terms<T>(d, q, k, v, dout, a.lse[d.stat(b, h, i)], a.delta[d.stat(b, h, i)]);
       for (int e = 0; e < kMaxDimPerLane; ++e) {
-        const int d = lane + 32 * e;
-        if (d < a.head_dim) o[e] += p * load<T>(a.v.data, v_base + d);
+        dk[e] += t.ds * q[e];
+        dv[e] += t.p * dout[e];
       }
     }
   }
-  const long long o_base = ((static_cast<long long>(b) * a.seqlen_q + i) * a.nheads_q + h) * a.head_dim;
-  for (int e = 0; e < kMaxDimPerLane; ++e) {
-    const int d = lane + 32 * e;
-    if (d < a.head_dim) a.out[o_base + d] = a.round_like_inputs ? round_like<T>(o[e]) : o[e];
+  for (float& x : dk) x = maybe_round<T>(d, x);
+  for (float& x : dv) x = maybe_round<T>(d, x);
+  store_row(a.dk, d.k_dense(b, j, hk), d.head_dim, dk);
+  store_row(a.dv, d.k_dense(b, j, hk), d.head_dim, dv);
+}
+
+unsigned blocks_for(long long warps) { return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+constexpr unsigned kThreads = 32 * kWarpsPerBlock;
+
+// Calls f with a value of the element type of `dtype` (one that check_supported accepts).
+template <class F>
+void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16: f(__nv_bfloat16{}); break;
+    case DType::kFloat16: f(__half{}); break;
+    default: f(float{}); break;
   }
-  if (a.lse != nullptr && lane == 0) {
-    a.lse[(static_cast<long long>(b) * a.nheads_q + h) * a.seqlen_q + i] = sum > 0.f ? m + logf(sum) : -INFINITY;
+}
+
+Status check_supported(const Problem& p, DType dtype) {
+  if (p.head_dim > 32 * kMaxDimPerLane) {
+    return {StatusCode::kNotSupported, "CUDA reference: head dim over " + std::to_string(32 * kMaxDimPerLane)};
   }
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16 && dtype != DType::kFloat32) {
+    return {StatusCode::kNotSupported, "CUDA reference: unsupported dtype"};
+  }
+  return Status::ok();
+}
+
+Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  return {StatusCode::kCudaError, std::string("CUDA reference ") + what + ": " + cudaGetErrorString(err)};
+}
+
+// D, then dq, then dk and dv, in `stream`'s order (out and lse are already there).
+Status launch_gradients(const BwdArgs& a, DType dtype, cudaStream_t stream) {
+  const unsigned q_blocks = blocks_for(static_cast<long long>(a.d.batch) * a.d.nheads_q * a.d.seqlen_q);
+  const unsigned k_blocks = blocks_for(static_cast<long long>(a.d.batch) * a.d.nheads_kv * a.d.seqlen_k);
+  with_element_type(dtype, [&](auto element) {
+    using T = decltype(element);
+    reference_delta_kernel<T><<<q_blocks, kThreads, 0, stream>>>(a);
+    reference_dq_kernel<T><<<q_blocks, kThreads, 0, stream>>>(a);
+    reference_dkdv_kernel<T><<<k_blocks, kThreads, 0, stream>>>(a);
+  });
+  return cuda_status(cudaGetLastError(), "launch");
 }
 
 }  // namespace
 
 Status cuda_forward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v, float* out,
                     float* lse, Precision precision, cudaStream_t stream) {
-  if (p.head_dim > 32 * kMaxDimPerLane) {
-    return {StatusCode::kNotSupported, "CUDA reference: head dim over " + std::to_string(32 * kMaxDimPerLane)};
-  }
-  Args a{make_view(q),
-         make_view(k),
-         make_view(v),
-         out,
-         lse,
-         static_cast<int>(p.batch),
-         static_cast<int>(p.seqlen_q),
-         static_cast<int>(p.seqlen_k),
-         static_cast<int>(p.nheads_q),
-         static_cast<int>(p.nheads_kv),
-         static_cast<int>(p.head_dim),
-         p.softmax_scale,
-         p.softcap,
-         p.window_left,
-         p.window_right,
-         precision == Precision::kLikeInputs};
+  const Status supported = check_supported(p, q.dtype);
+  if (!supported.is_ok()) return supported;
+  const FwdArgs a{make_view(q), make_view(k), make_view(v), out, lse, make_dims(p, precision)};
+  const unsigned blocks = blocks_for(p.batch * p.nheads_q * p.seqlen_q);
+  with_element_type(q.dtype, [&](auto element) {
+    reference_forward_kernel<decltype(element)><<<blocks, kThreads, 0, stream>>>(a);
+  });
+  return cuda_status(cudaGetLastError(), "launch");
+}
+
+Status cuda_backward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& dout, float* dq, float* dk, float* dv, Precision precision,
+                     cudaStream_t stream) {
+  const Status supported = check_supported(p, q.dtype);
+  if (!supported.is_ok()) return supported;
   const long long rows = p.batch * p.nheads_q * p.seqlen_q;
-  const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const unsigned threads = 32 * kWarpsPerBlock;
-  switch (q.dtype) {
-    case DType::kBFloat16: reference_forward_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(a); break;
-    case DType::kFloat16: reference_forward_kernel<__half><<<blocks, threads, 0, stream>>>(a); break;
-    case DType::kFloat32: reference_forward_kernel<float><<<blocks, threads, 0, stream>>>(a); break;
-    default: return {StatusCode::kNotSupported, "CUDA reference: unsupported dtype"};
-  }
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return {StatusCode::kCudaError, std::string("CUDA reference launch: ") + cudaGetErrorString(err)};
-  return Status::ok();
+  const long long out_elems = rows * p.head_dim;
+  float* scratch = nullptr;
+  const std::size_t scratch_bytes = static_cast<std::size_t>(out_elems + 2 * rows) * sizeof(float);
+  const Status allocated =
+      cuda_status(cudaMallocAsync(reinterpret_cast<void**>(&scratch), scratch_bytes, stream), "scratch allocation");
+  if (!allocated.is_ok()) return allocated;
+  const BwdArgs a{make_view(q), make_view(k), make_view(v), make_view(dout), scratch, scratch + out_elems,
+                  scratch + out_elems + rows, dq, dk, dv, make_dims(p, precision)};
+  const Status forward = cuda_forward(p, q, k, v, scratch, scratch + out_elems, precision, stream);
+  const Status gradients = forward.is_ok() ? launch_gradients(a, q.dtype, stream) : forward;
+  const Status freed = cuda_status(cudaFreeAsync(scratch, stream), "scratch release");
+  return gradients.is_ok() ? freed : gradients;
 }
 
 }  // namespace fa3::reference

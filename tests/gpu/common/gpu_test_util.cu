@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -59,6 +60,46 @@ __global__ void scale_positions_kernel(T* x, std::int64_t n, std::int64_t s0, st
     const std::int64_t j = i % s0 / s1;
     if (j < d1) x[i] = from_float<T>(static_cast<float>(x[i]) * factors[j]);
   }
+}
+
+// Shape and strides of a view padded to rank 4 at the front.
+struct Dims4 {
+  std::int64_t shape[4] = {1, 1, 1, 1}, stride[4] = {0, 0, 0, 0};
+};
+
+Dims4 dims4(const TensorView& v) {
+  Dims4 d;
+  for (int i = 0; i < v.rank; ++i) {
+    d.shape[4 - v.rank + i] = v.shape[i];
+    d.stride[4 - v.rank + i] = v.stride[i];
+  }
+  return d;
+}
+
+// Element-by-element copy between two layouts of one shape; T only carries the bits.
+template <class T>
+__global__ void copy_values_kernel(const T* from, T* to, std::int64_t n, Dims4 src, Dims4 dst) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::int64_t rest = i, from_at = 0, to_at = 0;
+    for (int d = 3; d >= 0; --d) {
+      const std::int64_t idx = rest % src.shape[d];
+      rest /= src.shape[d];
+      from_at += idx * src.stride[d];
+      to_at += idx * dst.stride[d];
+    }
+    to[to_at] = from[from_at];
+  }
+}
+
+// max |x| (NaN gives +inf).
+double max_abs(const std::vector<float>& x) {
+  double m = 0;
+  for (float v : x) {
+    if (std::isnan(v)) return INFINITY;
+    m = std::max(m, std::fabs(static_cast<double>(v)));
+  }
+  return m;
 }
 
 template <template <class> class Kernel, class... Args>
@@ -181,25 +222,43 @@ std::int64_t span_elements(const TensorView& v) {
   return span;
 }
 
+void copy_values(const TensorView& from, const TensorView& to) {
+  ASSERT_EQ(from.dtype, to.dtype);
+  ASSERT_EQ(from.rank, to.rank);
+  for (int d = 0; d < from.rank; ++d) ASSERT_EQ(from.shape[d], to.shape[d]) << "dim " << d;
+  const std::int64_t n = from.numel();
+  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 65535));
+  if (dtype_size(from.dtype) == 2) {
+    copy_values_kernel<std::uint16_t><<<blocks, 256>>>(static_cast<const std::uint16_t*>(from.data),
+                                                       static_cast<std::uint16_t*>(to.data), n, dims4(from), dims4(to));
+  } else {
+    ASSERT_EQ(dtype_size(from.dtype), 4u);
+    copy_values_kernel<std::uint32_t><<<blocks, 256>>>(static_cast<const std::uint32_t*>(from.data),
+                                                       static_cast<std::uint32_t*>(to.data), n, dims4(from), dims4(to));
+  }
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 std::vector<float> dense_host(const TensorView& v) {
-  std::vector<std::uint8_t> raw(static_cast<std::size_t>(span_elements(v)) * dtype_size(v.dtype));
-  if (cudaMemcpy(raw.data(), v.data, raw.size(), cudaMemcpyDeviceToHost) != cudaSuccess) {
-    ADD_FAILURE() << "cudaMemcpy to host failed";
-    return {};
-  }
+  const Dims4 d = dims4(v);
+  const std::size_t elem = dtype_size(v.dtype);
+  // Elements from the first to the last of one index of d0.
+  std::int64_t slice_span = 1;
+  for (int i = 1; i < 4; ++i) slice_span += (d.shape[i] - 1) * d.stride[i];
+  std::vector<std::uint8_t> raw(static_cast<std::size_t>(slice_span) * elem);
   std::vector<float> out(static_cast<std::size_t>(v.numel()));
-  std::int64_t shape[4] = {1, 1, 1, 1}, stride[4] = {0, 0, 0, 0};
-  for (int d = 0; d < v.rank; ++d) {
-    shape[4 - v.rank + d] = v.shape[d];
-    stride[4 - v.rank + d] = v.stride[d];
+  std::size_t n = 0;
+  for (std::int64_t a = 0; a < d.shape[0]; ++a) {
+    const char* slice = static_cast<const char*>(v.data) + a * d.stride[0] * static_cast<std::int64_t>(elem);
+    if (cudaMemcpy(raw.data(), slice, raw.size(), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      ADD_FAILURE() << "cudaMemcpy to host failed";
+      return {};
+    }
+    for (std::int64_t b = 0; b < d.shape[1]; ++b)
+      for (std::int64_t c = 0; c < d.shape[2]; ++c)
+        for (std::int64_t e = 0; e < d.shape[3]; ++e)
+          out[n++] = numeric::load_as_float(raw.data(), b * d.stride[1] + c * d.stride[2] + e * d.stride[3], v.dtype);
   }
-  std::size_t i = 0;
-  for (std::int64_t a = 0; a < shape[0]; ++a)
-    for (std::int64_t b = 0; b < shape[1]; ++b)
-      for (std::int64_t c = 0; c < shape[2]; ++c)
-        for (std::int64_t d = 0; d < shape[3]; ++d)
-          out[i++] = numeric::load_as_float(raw.data(), a * stride[0] + b * stride[1] + c * stride[2] + d * stride[3],
-                                            v.dtype);
   return out;
 }
 
@@ -232,6 +291,13 @@ std::vector<std::string> kernels_for(const ForwardArgs& args) {
   return names;
 }
 
+std::vector<float> floats_of(const DeviceBuffer& b) {
+  const std::vector<std::uint8_t> raw = b.to_host();
+  std::vector<float> f(raw.size() / 4);
+  std::memcpy(f.data(), raw.data(), f.size() * 4);
+  return f;
+}
+
 AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel) {
   AccuracyReport r;
   Problem p;
@@ -256,19 +322,13 @@ AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel)
                   .is_ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
-  auto as_floats = [](const DeviceBuffer& b) {
-    auto raw = b.to_host();
-    std::vector<float> f(raw.size() / 4);
-    std::memcpy(f.data(), raw.data(), f.size() * 4);
-    return f;
-  };
   const std::vector<float> out = dense_host(args.out);
-  const std::vector<float> ref = as_floats(ref_out), low = as_floats(low_out);
+  const std::vector<float> ref = floats_of(ref_out), low = floats_of(low_out);
   r.out_err = max_abs_diff(out, ref);
   r.out_low_err = max_abs_diff(low, ref);
   if (args.lse.data != nullptr) {
     const std::vector<float> lse = dense_host(args.lse);
-    const std::vector<float> rl = as_floats(ref_lse), ll = as_floats(low_lse);
+    const std::vector<float> rl = floats_of(ref_lse), ll = floats_of(low_lse);
     r.lse_err = max_abs_diff(lse, rl);
     r.lse_low_err = max_abs_diff(ll, rl);
   }
@@ -280,6 +340,74 @@ AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel)
   const bool out_ok = std::isfinite(r.out_err) && r.out_err <= 2 * r.out_low_err + 1e-5 && r.out_err <= cap;
   const bool lse_ok = std::isfinite(r.lse_err) && r.lse_err <= 2 * r.lse_low_err + 1e-5 && r.lse_err <= cap;
   if (out_ok && lse_ok) return ::testing::AssertionSuccess() << r.summary();
+  return ::testing::AssertionFailure() << r.summary();
+}
+
+std::array<const TensorView*, kGradients> gradient_views(const BackwardArgs& args) {
+  return {&args.dq, &args.dk, &args.dv};
+}
+
+GradientReference backward_reference(const BackwardArgs& args) {
+  GradientReference r;
+  // The CPU target resolves the problem exactly as the GPU's does, without asking where
+  // the memory is or for a workspace.
+  Problem p;
+  const Status valid = validate_backward(args, cpu_target(), &p);
+  EXPECT_TRUE(valid.is_ok()) << valid.to_string();
+  if (!valid.is_ok()) return r;
+  std::array<std::size_t, kGradients> sizes{};
+  for (int g = 0; g < kGradients; ++g) sizes[g] = static_cast<std::size_t>(gradient_views(args)[g]->numel());
+  for (reference::Precision precision : {reference::Precision::kExact, reference::Precision::kLikeInputs}) {
+    std::array<DeviceBuffer, kGradients> grads;
+    for (int g = 0; g < kGradients; ++g) grads[g] = DeviceBuffer(sizes[g] * 4);
+    const Status st =
+        reference::cuda_backward(p, args.q, args.k, args.v, args.dout, static_cast<float*>(grads[0].get()),
+                                 static_cast<float*>(grads[1].get()), static_cast<float*>(grads[2].get()), precision,
+                                 nullptr);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto& into = precision == reference::Precision::kExact ? r.ref : r.low;
+    for (int g = 0; g < kGradients; ++g) into[g] = floats_of(grads[g]);
+  }
+  return r;
+}
+
+BackwardReport compare_backward(const BackwardArgs& args, const GradientReference& ref) {
+  BackwardReport r;
+  for (int g = 0; g < kGradients; ++g) {
+    r.err[g] = max_abs_diff(dense_host(*gradient_views(args)[g]), ref.ref[g]);
+    r.low_err[g] = max_abs_diff(ref.low[g], ref.ref[g]);
+    r.ref_max[g] = max_abs(ref.ref[g]);
+  }
+  return r;
+}
+
+BackwardReport check_backward(const BackwardArgs& args) {
+  for (const TensorView* g : gradient_views(args)) fill_nan(g->data, g->dtype, span_elements(*g));
+  const Status st = backward(args, nullptr);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return compare_backward(args, backward_reference(args));
+}
+
+std::string BackwardReport::summary() const {
+  std::ostringstream s;
+  for (int g = 0; g < kGradients; ++g) {
+    s << (g ? ", " : "") << kGradientNames[g] << " err " << err[g] << " (low " << low_err[g] << ", max|ref| "
+      << ref_max[g] << ")";
+  }
+  return s.str();
+}
+
+double backward_cap(DType dtype) { return dtype == DType::kFloat16 ? 6e-3 : 3e-2; }
+
+::testing::AssertionResult backward_accurate(const BackwardReport& r, DType dtype) {
+  bool ok = true;
+  for (int g = 0; g < kGradients; ++g) {
+    const double cap = backward_cap(dtype) * std::max(1.0, r.ref_max[g]);
+    ok = ok && std::isfinite(r.err[g]) && r.err[g] <= 3 * r.low_err[g] + 1e-5 && r.err[g] <= cap;
+  }
+  if (ok) return ::testing::AssertionSuccess() << r.summary();
   return ::testing::AssertionFailure() << r.summary();
 }
 

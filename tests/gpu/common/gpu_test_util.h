@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -71,8 +72,17 @@ void scale_positions(PaddedTensor& t, const std::vector<float>& factors);
 // Elements from the view's first to its last element (inclusive).
 std::int64_t span_elements(const TensorView& view);
 
+// Copies the values of a device view into another of the same dtype and shape (any
+// strides); elements outside `to`'s view are left alone.
+void copy_values(const TensorView& from, const TensorView& to);
+
 // Reads a view (any strides) into a dense fp32 host vector in (d0, d1, d2, d3) order.
+// Copies each index of d0 separately, so that a view whose d0 stride is huge (64-bit
+// offset tests) does not drag the gap between them to the host.
 std::vector<float> dense_host(const TensorView& view);
+
+// The fp32 contents of a device buffer.
+std::vector<float> floats_of(const DeviceBuffer& buffer);
 
 // max |a - b| over all elements (NaN anywhere gives +inf).
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
@@ -94,5 +104,43 @@ std::vector<std::string> kernels_for(const ForwardArgs& args);
 // The forward accuracy rule: max|out-ref| <= 2 max|low-ref| + 1e-5 and an absolute
 // cap (bf16 2e-2, fp16 4e-3); NaN never passes.
 ::testing::AssertionResult forward_accurate(const AccuracyReport& r, DType dtype);
+
+// dq, dk and dv of a backward call, in that order, with their names.
+constexpr int kGradients = 3;
+constexpr const char* kGradientNames[kGradients] = {"dq", "dk", "dv"};
+std::array<const TensorView*, kGradients> gradient_views(const BackwardArgs& args);
+
+// The backward reference for args' inputs (q, k, v, dout; out and lse are recomputed),
+// dense fp32 in (batch, seqlen, nheads, head_dim) order: `ref` accumulated in fp32, `low`
+// rounded like the inputs (reference::cuda_backward).
+struct GradientReference {
+  std::array<std::vector<float>, kGradients> ref, low;
+};
+GradientReference backward_reference(const BackwardArgs& args);
+
+// Per gradient: max|out - ref|, max|low - ref| and max|ref| (NaN anywhere gives +inf).
+struct BackwardReport {
+  std::array<double, kGradients> err{}, low_err{}, ref_max{};
+  std::string summary() const;
+};
+
+// Compares args.dq, dk and dv as they are now with `ref`.
+BackwardReport compare_backward(const BackwardArgs& args, const GradientReference& ref);
+
+// Poisons args.dq, dk and dv with NaN, runs fa3::backward (which must succeed) on the
+// default stream, and compares with a fresh reference.
+BackwardReport check_backward(const BackwardArgs& args);
+
+// The backward accuracy rule, for each of dq, dk and dv: max|out-ref| <= 3 max|low-ref|
+// + 1e-5, and a cap of backward_cap(dtype) * max(1, max|ref|); NaN never passes.
+//
+// The cap scales with the gradient because, unlike O, gradients are sums over whole
+// sequences: dv of the one key that 1025 queries of 8 heads see reaches ~300, where
+// storing it in 16 bits alone errs by ~0.5. Over the shape list the low reference
+// strays by up to 1.3e-2 (bf16) and 2.4e-3 (fp16) of max(1, max|ref|); the caps, 3e-2
+// and 6e-3, let a kernel be twice as far off where that is largest, while a missing or
+// doubled term errs by a large part of the gradient.
+double backward_cap(DType dtype);
+::testing::AssertionResult backward_accurate(const BackwardReport& r, DType dtype);
 
 }  // namespace fa3::test

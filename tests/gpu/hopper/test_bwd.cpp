@@ -1,0 +1,541 @@
+// The Hopper backward kernels against the CUDA reference: the accuracy rule for dq, dk
+// and dv over the shape list of TESTING.md, and the guards (unwritten gradients,
+// out-of-bounds reads and writes, strided views, rows without keys, determinism, races,
+// 64-bit offsets, the workspace's rules and contents, rejected calls, CUDA graphs).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/gpu_test_util.h"
+#include "fa3/fa3.h"
+#include "hopper/bwd_dispatch.h"
+
+namespace fa3::test {
+namespace {
+
+// Skips (reported as skipped) when the build holds no backward kernel.
+#define FA3_REQUIRE_BACKWARD_KERNELS()                                                          \
+  do {                                                                                          \
+    if (::fa3::hopper::bwd_kernels().empty()) GTEST_SKIP() << "no backward kernels were built"; \
+  } while (0)
+
+struct Shape {
+  std::int64_t batch, seqlen_q, seqlen_k, nheads_q, nheads_kv;
+};
+
+// Seqlens from TESTING.md, paired unequal both ways; head layouts cycle MHA / GQA 8:2 / MQA 8:1.
+std::vector<Shape> accuracy_shapes() {
+  const std::vector<std::pair<std::int64_t, std::int64_t>> lens = {
+      {1, 1},      {2, 2},       {3, 17},      {17, 3},     {113, 113},   {127, 129}, {128, 128},
+      {129, 127},  {239, 799},   {799, 239},   {1023, 1024}, {1024, 1023}, {1025, 1025}, {1, 1025},
+      {1025, 1},   {4224, 4224},
+  };
+  const std::int64_t heads[3][2] = {{4, 4}, {8, 2}, {8, 1}};
+  std::vector<Shape> shapes;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const auto& h = heads[i % 3];
+    const std::int64_t batch = lens[i].first * lens[i].second > 1000000 ? 1 : 2;
+    shapes.push_back({batch, lens[i].first, lens[i].second, h[0], h[1]});
+  }
+  return shapes;
+}
+
+// Where a tensor's elements live: `pad` NaN elements after each row of the head dim,
+// `row_pad` NaN rows after each batch, a NaN `margin` after the buffer; or heads-major,
+// a (batch, nheads, seqlen, head_dim) buffer viewed as (batch, seqlen, nheads, head_dim).
+struct Layout {
+  std::int64_t pad = 0, row_pad = 0, margin = 0;
+  bool heads_major = false;
+};
+const Layout kDense{};
+const Layout kPadded{8, 5, 4096, false};
+const Layout kHeadsMajor{0, 0, 0, true};
+
+PaddedTensor make_laid_out(const Layout& l, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h,
+                           std::int64_t d, std::uint64_t seed) {
+  if (!l.heads_major) return make_tensor(dtype, b, s, h, d, seed, l.pad, l.row_pad, l.margin);
+  PaddedTensor t = make_tensor(dtype, b, h, s, d, seed);
+  t.view = TensorView::strided(t.buffer.get(), dtype, {b, s, h, d}, {h * s * d, d, s * d, 1});
+  return t;
+}
+
+struct BwdInputs {
+  PaddedTensor q, k, v, out, lse, dout, dq, dk, dv;
+  DeviceBuffer workspace;
+  BackwardArgs args;
+};
+
+// The tensors of a problem, random, with no out, lse or workspace computed yet.
+BwdInputs make_tensors(DType dtype, const Shape& s, std::int64_t d, bool causal, std::uint64_t seed,
+                       const Layout& layout) {
+  BwdInputs in;
+  in.q = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 1);
+  in.k = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 2);
+  in.v = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 3);
+  in.out = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 4);
+  in.dout = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 5);
+  in.dq = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 6);
+  in.dk = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 7);
+  in.dv = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 8);
+  // lse as a 3-d view (batch, heads, seqlen) inside a 4-d allocation padded like the rest.
+  in.lse = make_tensor(DType::kFloat32, s.batch, s.nheads_q, s.seqlen_q, 1, seed + 9, 0, layout.row_pad, layout.margin);
+  TensorView lse = in.lse.view;
+  lse.rank = 3;
+  in.args.q = in.q.view;
+  in.args.k = in.k.view;
+  in.args.v = in.v.view;
+  in.args.out = in.out.view;
+  in.args.dout = in.dout.view;
+  in.args.lse = lse;
+  in.args.dq = in.dq.view;
+  in.args.dk = in.dk.view;
+  in.args.dv = in.dv.view;
+  in.args.options.causal = causal;
+  return in;
+}
+
+// A workspace of exactly backward_workspace_size bytes for the arguments as they are.
+void attach_workspace(BwdInputs& in) {
+  std::size_t bytes = 0;
+  const Status st = backward_workspace_size(in.args, &bytes);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  in.workspace = DeviceBuffer(bytes);
+  in.args.workspace = in.workspace.get();
+  in.args.workspace_bytes = bytes;
+}
+
+// A backward problem ready to run: q, k, v and dout random (or copied from `values`),
+// out and lse from fa3::forward, and a workspace for the chosen mode.
+BwdInputs make_inputs(DType dtype, const Shape& s, std::int64_t d, bool causal, std::uint64_t seed,
+                      bool deterministic = false, const Layout& layout = kDense, const BwdInputs* values = nullptr) {
+  BwdInputs in = make_tensors(dtype, s, d, causal, seed, layout);
+  if (values != nullptr) {
+    copy_values(values->args.q, in.args.q);
+    copy_values(values->args.k, in.args.k);
+    copy_values(values->args.v, in.args.v);
+    copy_values(values->args.dout, in.args.dout);
+  }
+  ForwardArgs fwd;
+  fwd.q = in.args.q;
+  fwd.k = in.args.k;
+  fwd.v = in.args.v;
+  fwd.out = in.args.out;
+  fwd.lse = in.args.lse;
+  fwd.options = in.args.options;
+  const Status st = forward(fwd, nullptr);
+  EXPECT_TRUE(st.is_ok()) << "forward: " << st.to_string();
+  in.args.deterministic = deterministic;
+  attach_workspace(in);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return in;
+}
+
+bool built(DType dtype, int head_dim, bool causal) {
+  for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
+    if (k.dtype == dtype && k.head_dim == head_dim && k.causal == causal) return true;
+  }
+  return false;
+}
+
+// The kernels the guards run: the first built dtype at head dim 128 (else its middle
+// built head dim), with whichever masks were built for them.
+struct GuardConfig {
+  DType dtype = DType::kBFloat16;
+  int head_dim = 128;
+  std::vector<bool> masks;
+};
+
+GuardConfig guard_config() {
+  GuardConfig c;
+  c.dtype = hopper::bwd_dtypes().front();
+  std::vector<int> dims;
+  for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
+    if (k.dtype == c.dtype) dims.push_back(k.head_dim);
+  }
+  std::sort(dims.begin(), dims.end());
+  c.head_dim = std::find(dims.begin(), dims.end(), 128) != dims.end() ? 128 : dims[dims.size() / 2];
+  for (bool causal : {false, true}) {
+    if (built(c.dtype, c.head_dim, causal)) c.masks.push_back(causal);
+  }
+  return c;
+}
+
+std::vector<std::uint8_t> bytes_of(const PaddedTensor& t) { return t.buffer.to_host(); }
+
+std::array<std::vector<std::uint8_t>, kGradients> gradient_bytes(const BwdInputs& in) {
+  return {bytes_of(in.dq), bytes_of(in.dk), bytes_of(in.dv)};
+}
+
+void poison_gradients(const BackwardArgs& args) {
+  for (const TensorView* g : gradient_views(args)) fill_nan(g->data, g->dtype, span_elements(*g));
+}
+
+// Elements of t's buffer outside its view that are not NaN (written by someone).
+std::int64_t written_outside_view(const PaddedTensor& t) {
+  const TensorView flat = TensorView::contiguous(t.buffer.get(), t.view.dtype, {t.total_elements});
+  const std::vector<float> all = dense_host(flat);
+  const TensorView& v = t.view;
+  std::int64_t written = 0;
+  for (std::int64_t i = 0; i < t.total_elements; ++i) {
+    const std::int64_t b = i / v.stride[0], r = (i % v.stride[0]) / v.stride[1];
+    const std::int64_t h = (i % v.stride[1]) / v.stride[2], e = i % v.stride[2];
+    const bool inside = b < v.shape[0] && r < v.shape[1] && h < v.shape[2] && e < v.shape[3];
+    if (!inside && !std::isnan(all[static_cast<std::size_t>(i)])) ++written;
+  }
+  return written;
+}
+
+// One built backward kernel family: what the accuracy test is parameterized by.
+struct Kernel {
+  DType dtype;
+  int head_dim;
+  bool causal;
+  std::string name() const {
+    return std::string(dtype_name(dtype)) + "_hdim" + std::to_string(head_dim) + (causal ? "_causal" : "_full");
+  }
+};
+
+void PrintTo(const Kernel& k, std::ostream* os) { *os << k.name(); }
+
+std::vector<Kernel> built_kernels() {
+  std::vector<Kernel> out;
+  for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) out.push_back({k.dtype, k.head_dim, k.causal});
+  return out;
+}
+
+class BwdAccuracy : public ::testing::TestWithParam<Kernel> {};
+
+TEST_P(BwdAccuracy, MatchesReferenceOverShapeList) {
+  FA3_REQUIRE_HOPPER();
+  const Kernel& kernel = GetParam();
+  std::uint64_t seed = 1000 * static_cast<std::uint64_t>(kernel.head_dim) + (kernel.causal ? 7 : 0);
+  for (const Shape& s : accuracy_shapes()) {
+    SCOPED_TRACE(testing::Message() << "batch " << s.batch << " sq " << s.seqlen_q << " sk " << s.seqlen_k
+                                    << " heads " << s.nheads_q << ":" << s.nheads_kv);
+    BwdInputs in = make_inputs(kernel.dtype, s, kernel.head_dim, kernel.causal, seed += 17);
+    EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
+  }
+}
+
+// A build without backward kernels has no parameters, which is not an error.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BwdAccuracy);
+INSTANTIATE_TEST_SUITE_P(Built, BwdAccuracy, ::testing::ValuesIn(built_kernels()),
+                         [](const ::testing::TestParamInfo<Kernel>& info) { return info.param.name(); });
+
+// More query and key blocks than SMs for every kernel, so that each CTA of the
+// persistent grid takes several tiles and reuses its buffers. With more queries than
+// keys, causal, the first 400 rows see no key.
+TEST(BwdGuards, MoreTilesThanSms) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  for (const Kernel& kernel : built_kernels()) {
+    for (const Shape& shape : {Shape{40, 700, 300, 2, 1}, Shape{40, 300, 700, 2, 1}}) {
+      SCOPED_TRACE(kernel.name() + " sq " + std::to_string(shape.seqlen_q));
+      BwdInputs in = make_inputs(kernel.dtype, shape, kernel.head_dim, kernel.causal, 11);
+      EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
+    }
+  }
+}
+
+// Causal with seqlen_q > seqlen_k: the first seqlen_q - seqlen_k query rows see no key
+// (forward: out 0, lse -inf). Their dq is exactly zero, and nothing is NaN anywhere.
+TEST(BwdGuards, RowsWithoutKeysGetZeroGradients) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  for (const Kernel& kernel : built_kernels()) {
+    if (!kernel.causal) continue;
+    SCOPED_TRACE(kernel.name());
+    const Shape s{2, 700, 300, 4, 2};
+    BwdInputs in = make_inputs(kernel.dtype, s, kernel.head_dim, true, 13);
+    EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
+    const std::vector<float> dq = dense_host(in.args.dq);
+    const std::int64_t row = s.nheads_q * kernel.head_dim;  // elements of one query position
+    std::int64_t nonzero = 0;
+    for (std::int64_t b = 0; b < s.batch; ++b) {
+      for (std::int64_t i = 0; i < (s.seqlen_q - s.seqlen_k) * row; ++i) {
+        if (dq[static_cast<std::size_t>(b * s.seqlen_q * row + i)] != 0.f) ++nonzero;
+      }
+    }
+    EXPECT_EQ(nonzero, 0) << "dq of rows that see no key";
+  }
+}
+
+// The same values laid out densely and with NaN padding and margins give bitwise the
+// same gradients (deterministic mode, so that the sums' order is fixed), and nothing
+// outside the gradients' views is written.
+TEST(BwdGuards, PaddingAndMarginsNeverReadOrWritten) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  for (bool causal : c.masks) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    const Shape s{2, 301, 517, 6, 2};
+    BwdInputs dense = make_inputs(c.dtype, s, c.head_dim, causal, 42, true);
+    BwdInputs padded = make_inputs(c.dtype, s, c.head_dim, causal, 42, true, kPadded, &dense);
+    EXPECT_TRUE(backward_accurate(check_backward(padded.args), c.dtype));
+    ASSERT_TRUE(backward(dense.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int g = 0; g < kGradients; ++g) {
+      EXPECT_EQ(dense_host(*gradient_views(dense.args)[g]), dense_host(*gradient_views(padded.args)[g]))
+          << kGradientNames[g] << ": padding changed the result";
+    }
+    EXPECT_EQ(written_outside_view(padded.dq), 0) << "dq: elements outside the view were written";
+    EXPECT_EQ(written_outside_view(padded.dk), 0) << "dk: elements outside the view were written";
+    EXPECT_EQ(written_outside_view(padded.dv), 0) << "dv: elements outside the view were written";
+  }
+}
+
+// Every tensor heads-major, (batch, nheads, seqlen, head_dim) in memory: strides in
+// another order than the usual layout's, the head dim still contiguous. Bitwise the
+// dense layout's gradients in deterministic mode.
+TEST(BwdGuards, HeadsMajorStridedViews) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  for (bool causal : c.masks) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    const Shape s{2, 333, 271, 8, 2};
+    BwdInputs dense = make_inputs(c.dtype, s, c.head_dim, causal, 21, true);
+    BwdInputs strided = make_inputs(c.dtype, s, c.head_dim, causal, 21, true, kHeadsMajor, &dense);
+    EXPECT_TRUE(backward_accurate(check_backward(strided.args), c.dtype));
+    ASSERT_TRUE(backward(dense.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int g = 0; g < kGradients; ++g) {
+      EXPECT_EQ(dense_host(*gradient_views(dense.args)[g]), dense_host(*gradient_views(strided.args)[g]))
+          << kGradientNames[g] << ": the layout changed the result";
+    }
+  }
+}
+
+const Shape kMidMha{2, 1025, 1025, 8, 8};
+const Shape kMidGqa{2, 1025, 1025, 8, 2};
+
+// deterministic = true: dq, dk and dv bitwise identical over 100 repeats, each with the
+// gradients poisoned first, MHA and GQA, causal and not.
+TEST(BwdGuards, DeterministicModeBitwiseOverManyRuns) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  for (const Shape& s : {kMidMha, kMidGqa}) {
+    for (bool causal : c.masks) {
+      SCOPED_TRACE(testing::Message() << "heads " << s.nheads_q << ":" << s.nheads_kv << (causal ? " causal" : ""));
+      BwdInputs in = make_inputs(c.dtype, s, c.head_dim, causal, 7, true);
+      EXPECT_TRUE(backward_accurate(check_backward(in.args), c.dtype));
+      const auto first = gradient_bytes(in);
+      for (int run = 0; run < 100; ++run) {
+        poison_gradients(in.args);
+        ASSERT_TRUE(backward(in.args, nullptr).is_ok());
+        FA3_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto again = gradient_bytes(in);
+        for (int g = 0; g < kGradients; ++g) ASSERT_EQ(again[g], first[g]) << kGradientNames[g] << ", run " << run;
+      }
+    }
+  }
+}
+
+// Default mode, repeated: within the rule every time (a race shows as an occasional
+// stray value), and with MHA dk and dv bitwise identical, since only dq's partial sums
+// from different key blocks meet in an unordered way there.
+TEST(BwdGuards, DefaultModeRepeatedRuns) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  for (const Shape& s : {kMidMha, kMidGqa}) {
+    for (bool causal : c.masks) {
+      SCOPED_TRACE(testing::Message() << "heads " << s.nheads_q << ":" << s.nheads_kv << (causal ? " causal" : ""));
+      BwdInputs in = make_inputs(c.dtype, s, c.head_dim, causal, 9);
+      const GradientReference ref = backward_reference(in.args);
+      const bool mha = s.nheads_q == s.nheads_kv;
+      std::array<std::vector<std::uint8_t>, kGradients> first;
+      for (int run = 0; run < 100; ++run) {
+        poison_gradients(in.args);
+        ASSERT_TRUE(backward(in.args, nullptr).is_ok());
+        FA3_CUDA_CHECK(cudaDeviceSynchronize());
+        ASSERT_TRUE(backward_accurate(compare_backward(in.args, ref), c.dtype)) << "run " << run;
+        if (!mha) continue;
+        const auto now = gradient_bytes(in);
+        if (run == 0) first = now;
+        ASSERT_EQ(now[1], first[1]) << "dk, run " << run;
+        ASSERT_EQ(now[2], first[2]) << "dv, run " << run;
+      }
+    }
+  }
+}
+
+TEST(BwdGuards, OffsetsBeyond32Bits) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  // The second batch starts past element 2^31 of each buffer (lse included).
+  const std::int64_t rows = 256, heads = 2;
+  const std::int64_t row_pad = ((std::int64_t{1} << 31) / (heads * c.head_dim)) + 8 - rows;
+  const Layout far{0, row_pad, 0, false};
+  BwdInputs in = make_inputs(c.dtype, {2, rows, rows, heads, heads}, c.head_dim, c.masks.back(), 5, false, far);
+  EXPECT_GT(in.args.q.stride[0], std::int64_t{1} << 31);
+  EXPECT_GT(in.args.dk.stride[0], std::int64_t{1} << 31);
+  EXPECT_TRUE(backward_accurate(check_backward(in.args), c.dtype));
+}
+
+// Each workspace rule refuses the call with its message, before anything is written:
+// the gradients and every workspace candidate keep their bytes.
+TEST(BwdGuards, WorkspaceRulesRejectAndWriteNothing) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  BwdInputs in = make_inputs(c.dtype, {1, 128, 128, 2, 2}, c.head_dim, c.masks.front(), 3);
+  const std::size_t needed = in.args.workspace_bytes;
+  const std::string n = std::to_string(needed);
+  DeviceBuffer roomy(needed + 256);
+  std::vector<std::uint8_t> host(needed + 256);
+  void* host_aligned = host.data() + (256 - reinterpret_cast<std::uintptr_t>(host.data()) % 256) % 256;
+
+  struct Case {
+    const char* name;
+    void* workspace;
+    std::size_t bytes;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"null", nullptr, needed, "workspace: data pointer is null; this call needs " + n +
+                                    " bytes (fa3::backward_workspace_size)"},
+      {"too small", in.workspace.get(), needed - 1,
+       "workspace: " + std::to_string(needed - 1) + " bytes given, " + n + " needed (fa3::backward_workspace_size)"},
+      {"misaligned", static_cast<char*>(roomy.get()) + 16, needed, "workspace: data pointer is not 256-byte aligned"},
+      {"host memory", host_aligned, needed,
+       "workspace: pointer is host memory, not memory of the current CUDA device"},
+  };
+  poison_gradients(in.args);
+  FA3_CUDA_CHECK(cudaMemset(in.workspace.get(), 0x5a, needed));
+  FA3_CUDA_CHECK(cudaMemset(roomy.get(), 0x5a, needed + 256));
+  std::fill(host.begin(), host.end(), std::uint8_t{0x5a});
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto gradients = gradient_bytes(in);
+  const auto workspace = in.workspace.to_host(), roomy_before = roomy.to_host();
+  const std::vector<std::uint8_t> host_before = host;
+
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    BackwardArgs args = in.args;
+    args.workspace = k.workspace;
+    args.workspace_bytes = k.bytes;
+    const Status st = backward(args, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_EQ(st.message(), k.message);
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(gradient_bytes(in), gradients) << "gradients written by a rejected call";
+    EXPECT_EQ(in.workspace.to_host(), workspace);
+    EXPECT_EQ(roomy.to_host(), roomy_before);
+    EXPECT_EQ(host, host_before);
+  }
+}
+
+// What the workspace holds on entry does not matter: NaN bytes everywhere (in a buffer
+// larger than needed) give bitwise the gradients of a zeroed one in deterministic mode,
+// and gradients within the rule in default mode.
+TEST(BwdGuards, WorkspaceContentsOnEntryDoNotMatter) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  for (const Shape& s : {Shape{2, 517, 301, 4, 4}, Shape{2, 517, 301, 8, 2}}) {
+    for (bool causal : c.masks) {
+      for (bool deterministic : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "heads " << s.nheads_q << ":" << s.nheads_kv << (causal ? " causal" : "")
+                                        << (deterministic ? " deterministic" : ""));
+        BwdInputs in = make_inputs(c.dtype, s, c.head_dim, causal, 17, deterministic);
+        DeviceBuffer garbage(in.args.workspace_bytes + 4096);
+        FA3_CUDA_CHECK(cudaMemset(garbage.get(), 0xff, garbage.bytes()));
+        BackwardArgs dirty = in.args;
+        dirty.workspace = garbage.get();
+        dirty.workspace_bytes = garbage.bytes();
+        EXPECT_TRUE(backward_accurate(check_backward(dirty), c.dtype));
+        if (!deterministic) continue;
+        const auto from_garbage = gradient_bytes(in);
+        FA3_CUDA_CHECK(cudaMemset(in.workspace.get(), 0, in.workspace.bytes()));
+        ASSERT_TRUE(backward(in.args, nullptr).is_ok());
+        FA3_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(gradient_bytes(in), from_garbage);
+      }
+    }
+  }
+}
+
+// A backward captured into a CUDA graph (global capture mode) replays to the eager
+// result: the call allocates nothing and keeps its scratch state in the workspace.
+TEST(BwdGuards, CapturedIntoCudaGraph) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  for (bool causal : c.masks) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    BwdInputs in = make_inputs(c.dtype, {1, 600, 2048, 8, 2}, c.head_dim, causal, 91, true);
+    cudaStream_t stream = nullptr;
+    FA3_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    FA3_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const Status captured = backward(in.args, stream);
+    FA3_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+    cudaGraphExec_t exec = nullptr;
+    FA3_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    poison_gradients(in.args);
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < 2; ++i) FA3_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FA3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto replayed = gradient_bytes(in);
+    EXPECT_TRUE(backward_accurate(check_backward(in.args), c.dtype));
+    EXPECT_EQ(gradient_bytes(in), replayed);
+    FA3_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    FA3_CUDA_CHECK(cudaGraphDestroy(graph));
+    FA3_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
+// What the GPU backward does not do is refused with kNotSupported and its message,
+// before anything is written.
+TEST(BwdGuards, UnsupportedOptionsAndHeadDimRejected) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const GuardConfig c = guard_config();
+  struct Case {
+    const char* name;
+    std::int64_t head_dim;
+    AttentionOptions options;
+    std::string message;
+  };
+  std::string dims;
+  for (int d : hopper::bwd_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+  AttentionOptions window, softcap;
+  window.window_left = 64;
+  softcap.softcap = 30.f;
+  const Case cases[] = {
+      {"window", c.head_dim, window, "sliding window (window_left/window_right) is not implemented on this path yet"},
+      {"softcap", c.head_dim, softcap, "softcap is not implemented on this path yet"},
+      {"head dim 72", 72, {}, "q: head dim 72 is not supported; supported: " + dims},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    BwdInputs in = make_tensors(c.dtype, {1, 64, 64, 2, 2}, k.head_dim, false, 3, kDense);
+    in.args.options = k.options;
+    DeviceBuffer workspace(1 << 20);
+    in.args.workspace = workspace.get();
+    in.args.workspace_bytes = workspace.bytes();
+    poison_gradients(in.args);
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto before = gradient_bytes(in);
+    const Status st = backward(in.args, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kNotSupported) << st.to_string();
+    EXPECT_EQ(st.message(), k.message);
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(gradient_bytes(in), before);
+  }
+}
+
+}  // namespace
+}  // namespace fa3::test
