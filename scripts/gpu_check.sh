@@ -70,18 +70,29 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
   grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 "fwd_kernel" >"$out/ptxas.txt" || true
 
   # Smoke: one small call per head dim and mask under a short timeout, so that a hang
-  # costs seconds, not the test suite's timeouts.
-  smoke_ok=1
+  # costs seconds, not the test suite's timeouts. The backward's smoke (MHA, and GQA in
+  # deterministic mode) has its own result: a failing backward leaves the forward's
+  # tests and benchmark running, and skips only the backward's sanitizer runs.
+  smoke_ok=1 smoke_bwd_ok=1
   for hd in ${head_dims//;/ }; do
     for c in "" "--causal"; do
       echo "== smoke hdim $hd $c" >>"$out/smoke.log"
       timeout 30 "$build_dir/tools/fa3" run --device gpu --head-dim "$hd" $c --batch 2 --seqlen 1000 \
         --check-rows 64 >>"$out/smoke.log" 2>&1 || { smoke_ok=0; echo "   FAILED (rc $?)" >>"$out/smoke.log"; }
+      for bwd in "--nheads 8" "--nheads 8 --nheads-kv 2 --deterministic"; do
+        echo "== smoke backward hdim $hd $c $bwd" >>"$out/smoke.log"
+        timeout 60 "$build_dir/tools/fa3" run --backward --device gpu --head-dim "$hd" $c $bwd --batch 2 \
+          --seqlen 1000 --check-rows 64 >>"$out/smoke.log" 2>&1 ||
+          { smoke_bwd_ok=0; echo "   FAILED (rc $?)" >>"$out/smoke.log"; }
+      done
     done
   done
   result[smoke]="$([ $smoke_ok -eq 1 ] && echo ok || echo FAILED)"
+  result[smoke_bwd]="$([ $smoke_bwd_ok -eq 1 ] && echo ok || echo FAILED)"
   if [ $smoke_ok -eq 0 ]; then
     run_tests=0 run_sanitizer=0 run_bench=0
+  fi
+  if [ $smoke_ok -eq 0 ] || [ $smoke_bwd_ok -eq 0 ]; then
     cat "$out/smoke.log"
   fi
 
@@ -147,6 +158,48 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
       compute-sanitizer --tool synccheck --error-exitcode 99 "$fa3" run --device gpu --head-dim 128 $small --causal || exit 1
     ) >"$out/sanitizer.log" 2>&1
     result[sanitizer]="$([ $? -eq 0 ] && echo ok || echo FAILED)"
+    # The backward (`fa3 run --backward`: the forward once, then the backward's
+    # preprocess, main and postprocess kernels), on small shapes: racecheck is slow.
+    if [ $smoke_bwd_ok -eq 1 ]; then
+      (
+        bsmall="--seqlen-q 137 --seqlen-k 211 --nheads 4 --iters 1 --warmup 0 --check-rows 8"
+        sanitize() {  # sanitize TOOL ARGS...: one backward run under the tool
+          echo "== $1 backward ${*:2}"
+          compute-sanitizer --tool "$1" --error-exitcode 99 "$fa3" run --backward --device gpu "${@:2}"
+        }
+        # Every tool on every head dim and mask, with GQA (dK/dV summed over the
+        # group in the workspace); MHA, whose dK/dV go straight out of the kernel,
+        # gets memcheck and racecheck with the mask alternating over head dims.
+        c=""
+        for hd in ${head_dims//;/ }; do
+          for m in "" --causal; do
+            for tool in memcheck racecheck synccheck; do
+              sanitize $tool --head-dim "$hd" $bsmall --nheads-kv 2 $m || exit 1
+            done
+          done
+          for tool in memcheck racecheck; do
+            sanitize $tool --head-dim "$hd" $bsmall $c || exit 1
+          done
+          c=$([ -z "$c" ] && echo --causal || echo "")
+        done
+        # One head dim, 128 when built, for the two cases below.
+        one=128
+        [[ ";$head_dims;" == *";128;"* ]] || one=${head_dims%%;*}
+        # Deterministic: dQ and the group's dK/dV summed in a fixed order behind
+        # semaphores; `fa3 run` also compares the last call's gradients with the first's.
+        for tool in memcheck racecheck synccheck; do
+          sanitize $tool --head-dim "$one" $bsmall --nheads-kv 2 --causal --deterministic || exit 1
+        done
+        # 12 x 24 heads of two or three key blocks: four or more tiles for every CTA of
+        # the persistent grid (one CTA per SM), so that every shared-memory stage and
+        # barrier is reused across tiles; the small cases give each CTA one tile.
+        for tool in memcheck racecheck; do
+          sanitize $tool --head-dim "$one" --seqlen-q 137 --seqlen-k 211 --batch 12 --nheads 24 --nheads-kv 4 \
+            --iters 1 --warmup 0 --check-rows 8 || exit 1
+        done
+      ) >"$out/sanitizer-bwd.log" 2>&1
+      result[sanitizer_bwd]="$([ $? -eq 0 ] && echo ok || echo FAILED)"
+    fi
   fi
   if [ $run_bench -eq 1 ]; then
     if [ $run_python -eq 1 ] && [ $has_torch -eq 1 ]; then
@@ -164,8 +217,8 @@ fi
 
 echo
 echo "== gpu_check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
-for k in configure build smoke gpu_tests python_tests sanitizer bench; do
-  [ -n "${result[$k]:-}" ] && printf '  %-10s %s\n' "$k" "${result[$k]}"
+for k in configure build smoke smoke_bwd gpu_tests python_tests sanitizer sanitizer_bwd bench; do
+  [ -n "${result[$k]:-}" ] && printf '  %-13s %s\n' "$k" "${result[$k]}"
 done
 [ -f "$out/gpu-tests.log" ] && grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$out/gpu-tests.log" | tail -15
 [ -f "$out/python-tests.log" ] && tail -3 "$out/python-tests.log"

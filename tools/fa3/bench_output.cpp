@@ -57,25 +57,32 @@ std::string to_json(const std::vector<BenchRecord>& records) {
   bool first = true;
   for (const BenchRecord& r : records) {
     if (!r.error.empty()) continue;
-    s << (first ? "\n" : ",\n") << "  {\"impl\": \"fa3\", \"pass\": \"fwd\", \"dtype\": " << json_string(r.dtype)
-      << ", \"hdim\": " << r.hdim << ", \"causal\": " << (r.causal ? "true" : "false") << ", \"seqlen\": " << r.seqlen
+    s << (first ? "\n" : ",\n") << "  {\"impl\": \"fa3\", \"pass\": " << json_string(r.pass)
+      << ", \"dtype\": " << json_string(r.dtype) << ", \"hdim\": " << r.hdim
+      << ", \"causal\": " << (r.causal ? "true" : "false") << ", \"seqlen\": " << r.seqlen
       << ", \"batch\": " << r.batch << ", \"nheads\": " << r.nheads << ", \"tflops\": " << exact_number(r.tflops)
       << ", \"ms\": " << exact_number(r.ms) << ", \"device\": " << json_string(r.device)
-      << ", \"gpu\": " << json_string(r.gpu) << "}";
+      << ", \"gpu\": " << json_string(r.gpu);
+    if (r.pass == "bwd") s << ", \"deterministic\": " << (r.deterministic ? "true" : "false");
+    s << "}";
     first = false;
   }
   s << (first ? "]\n" : "\n]\n");
   return s.str();
 }
 
-std::string to_csv(const std::vector<BenchRecord>& records) {
+std::string to_csv(const std::vector<BenchRecord>& records, bool backward) {
   std::ostringstream s;
-  s << "impl,pass,dtype,hdim,causal,seqlen,batch,nheads,tflops,ms,device,gpu\n";
+  s << "impl,pass,dtype,hdim,causal,seqlen,batch,nheads,tflops,ms,device,gpu" << (backward ? ",deterministic" : "")
+    << '\n';
   for (const BenchRecord& r : records) {
     if (!r.error.empty()) continue;
-    s << "fa3,fwd," << csv_field(r.dtype) << ',' << r.hdim << ',' << (r.causal ? "true" : "false") << ','
-      << r.seqlen << ',' << r.batch << ',' << r.nheads << ',' << exact_number(r.tflops) << ','
-      << exact_number(r.ms) << ',' << csv_field(r.device) << ',' << csv_field(r.gpu) << '\n';
+    s << "fa3," << csv_field(r.pass) << ',' << csv_field(r.dtype) << ',' << r.hdim << ','
+      << (r.causal ? "true" : "false") << ',' << r.seqlen << ',' << r.batch << ',' << r.nheads << ','
+      << exact_number(r.tflops) << ',' << exact_number(r.ms) << ',' << csv_field(r.device) << ','
+      << csv_field(r.gpu);
+    if (backward) s << ',' << (r.deterministic ? "true" : "false");
+    s << '\n';
   }
   return s.str();
 }

@@ -10,6 +10,8 @@ namespace fa3::cli {
 
 // One timed shape. The field names are those of the JSON and CSV output.
 struct BenchRecord {
+  std::string pass = "fwd";    // "fwd" or "bwd"
+  bool deterministic = false;  // bwd only: BackwardArgs::deterministic
   std::string dtype;
   std::int64_t hdim = 0;
   bool causal = false;
@@ -23,9 +25,12 @@ struct BenchRecord {
   std::string error;   // why the library rejected the shape; such records are not written
 };
 
-// Records without an error, as {"impl": "fa3", "pass": "fwd", ...} objects.
+// Records without an error, as {"impl": "fa3", "pass": "fwd", ...} objects; "bwd"
+// records end with "deterministic".
 std::string to_json(const std::vector<BenchRecord>& records);
-std::string to_csv(const std::vector<BenchRecord>& records);
+// The same as CSV, one record a line; `backward` adds the deterministic column (a file
+// holds one sweep, so one pass).
+std::string to_csv(const std::vector<BenchRecord>& records, bool backward);
 // Throws RunError when the file cannot be written.
 void write_file(const std::string& path, const std::string& text);
 

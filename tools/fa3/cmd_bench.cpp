@@ -10,6 +10,7 @@
 #include "bench_output.h"
 #include "commands.h"
 #include "common_flags.h"
+#include "cuda_resources.h"
 #include "device_choice.h"
 #include "device_tensors.h"
 #include "errors.h"
@@ -36,6 +37,9 @@ struct SweepDefaults {
 const SweepDefaults kGpuSweep{{64, 128, 256}, {512, 1024, 2048, 4096, 8192, 16384}, 16384, 2048, {5, 20}};
 // About 6 GFLOP a pass: well under a minute on 2 cores, even for a plain fp32 CPU loop.
 const SweepDefaults kCpuSweep{{64, 128}, {128, 256, 512}, 1024, 512, {1, 3}};
+// The CPU backward is the exact fp64 reference: a quarter of the forward sweep's work,
+// timed once per shape.
+const SweepDefaults kCpuBackwardSweep{{64, 128}, {128, 256}, 512, 256, {0, 1}};
 
 struct BenchConfig {
   std::vector<std::int64_t> head_dims;  // empty: the path's default
@@ -45,6 +49,7 @@ struct BenchConfig {
   std::optional<std::int64_t> tokens;
   std::optional<std::int64_t> hidden;
   ExecutionOptions exec;
+  PassOptions pass;
   std::string json_path;
   std::string csv_path;
 };
@@ -69,8 +74,10 @@ BenchConfig parse_bench(const std::vector<std::string>& args) {
       file_flag("csv", &c.csv_path),
   };
   for (Flag& f : execution_flags(&c.exec)) flags.push_back(std::move(f));
+  for (Flag& f : pass_flags(&c.pass)) flags.push_back(std::move(f));
   apply_flags(args, flags);
   check_execution(c.exec);
+  check_pass(c.pass);
   return c;
 }
 
@@ -120,8 +127,10 @@ std::string progress_label(const AttentionShape& s) {
 }
 
 // The record of a shape, its timing still to fill in.
-BenchRecord record_for(const AttentionShape& s, const PathChoice& path) {
+BenchRecord record_for(const AttentionShape& s, const PathChoice& path, const PassOptions& pass) {
   BenchRecord r;
+  r.pass = pass.backward ? "bwd" : "fwd";
+  r.deterministic = pass.deterministic;
   r.dtype = dtype_name(s.dtype);
   r.hdim = s.head_dim;
   r.causal = s.options.causal;
@@ -133,46 +142,104 @@ BenchRecord record_for(const AttentionShape& s, const PathChoice& path) {
   return r;
 }
 
+// One set of buffers, sized for the largest shape, serves the whole sweep: each shape
+// reads a prefix of the same random inputs. The backward's workspace, too, is sized
+// for the sweep and allocated once.
+class SweepBuffers {
+ public:
+  SweepBuffers(const std::vector<AttentionShape>& shapes, const BenchConfig& c, bool gpu) {
+    TensorCapacity capacity;
+    for (const AttentionShape& s : shapes) capacity.grow_to(s);
+    host_ = std::make_unique<HostTensors>(capacity, c.exec.dtype, c.exec.seed);
+    if (c.pass.backward) grads_ = std::make_unique<HostGradients>(capacity, c.exec.dtype, c.exec.seed);
+    if (!gpu) return;
+    device_ = std::make_unique<DeviceTensors>(*host_);
+    if (!c.pass.backward) return;
+    device_grads_ = std::make_unique<DeviceGradients>(*grads_);
+    std::size_t most = 1;
+    for (const AttentionShape& s : shapes) {
+      // A shape the library rejects needs none; its call reports why later.
+      std::size_t bytes = 0;
+      if (backward_workspace_size(device_args(s, c.pass.deterministic), &bytes).is_ok()) most = std::max(most, bytes);
+    }
+    workspace_ = DeviceBuffer(most);
+  }
+
+  ForwardArgs host_forward(const AttentionShape& s) const { return forward_args(s, host_->pointers()); }
+  BackwardArgs host_backward(const AttentionShape& s, bool deterministic) const {
+    return backward_args(s, host_->pointers(), grads_->pointers(), deterministic);
+  }
+  ForwardArgs device_forward(const AttentionShape& s) const { return forward_args(s, device_->pointers()); }
+  BackwardArgs device_backward(const AttentionShape& s, bool deterministic) const {
+    BackwardArgs a = device_args(s, deterministic);
+    a.workspace = workspace_.get();
+    a.workspace_bytes = workspace_.bytes();
+    return a;
+  }
+
+ private:
+  BackwardArgs device_args(const AttentionShape& s, bool deterministic) const {
+    return backward_args(s, device_->pointers(), device_grads_->pointers(), deterministic);
+  }
+
+  std::unique_ptr<HostTensors> host_;
+  std::unique_ptr<HostGradients> grads_;
+  std::unique_ptr<DeviceTensors> device_;
+  std::unique_ptr<DeviceGradients> device_grads_;
+  DeviceBuffer workspace_;
+};
+
+// The timed pass of one shape. A backward first runs the forward once, untimed, for
+// the out and lse it reads.
+Status time_shape(const AttentionShape& s, const BenchConfig& c, bool gpu, const TimingConfig& timing,
+                  const SweepBuffers& buffers, Timing* t) {
+  cpu::Options cpu_options;
+  cpu_options.num_threads = c.exec.threads;
+  if (gpu) {
+    const ForwardArgs fwd = buffers.device_forward(s);
+    if (!c.pass.backward) return time_gpu_forward(fwd, c.exec.kernel, timing, t);
+    Status status = run_device_once([&](cudaStream_t stream) { return gpu_forward(fwd, c.exec.kernel, stream); });
+    return status.is_ok() ? time_gpu_backward(buffers.device_backward(s, c.pass.deterministic), timing, t) : status;
+  }
+  const ForwardArgs fwd = buffers.host_forward(s);
+  if (!c.pass.backward) return time_cpu_forward(fwd, cpu_options, timing, t);
+  Status status = cpu::forward(fwd, cpu_options);
+  return status.is_ok() ? time_cpu_backward(buffers.host_backward(s, c.pass.deterministic), cpu_options, timing, t)
+                        : status;
+}
+
 }  // namespace
 
 int bench_command(const std::vector<std::string>& args) {
   const BenchConfig config = parse_bench(args);
   const PathChoice path = choose_path(config.exec.device, config.exec.dtype);
   const bool gpu = path.path == Path::kGpu;
-  const SweepDefaults& defaults = gpu ? kGpuSweep : kCpuSweep;
+  const SweepDefaults& defaults = gpu ? kGpuSweep : config.pass.backward ? kCpuBackwardSweep : kCpuSweep;
   const TimingConfig timing = config.exec.timing(defaults.timing);
   const std::vector<AttentionShape> shapes = sweep_shapes(config, defaults, gpu);
+  const SweepBuffers buffers(shapes, config, gpu);
 
-  // One set of buffers, sized for the largest shape, serves the whole sweep: each shape
-  // reads a prefix of the same random inputs.
-  TensorCapacity capacity;
-  for (const AttentionShape& s : shapes) capacity.grow_to(s);
-  HostTensors host(capacity, config.exec.dtype, config.exec.seed);
-  std::unique_ptr<DeviceTensors> device;
-  if (gpu) device = std::make_unique<DeviceTensors>(host);
-
-  std::printf("fa3 bench: %s; %s; %zu shapes; median of %d calls after %d warm-up\n", describe(path).c_str(),
-              dtype_name(config.exec.dtype), shapes.size(), timing.iters, timing.warmup);
+  std::printf("fa3 bench: %s; %s; %s%zu shapes; median of %d calls after %d warm-up\n",
+              describe(path, config.pass.backward).c_str(), dtype_name(config.exec.dtype),
+              config.pass.deterministic ? "deterministic; " : "", shapes.size(), timing.iters, timing.warmup);
   std::fflush(stdout);
 
+  // The field's convention (FlashAttention papers): the backward does 2.5x the forward's work.
+  const double flops_factor = config.pass.backward ? 2.5 : 1.0;
   std::vector<BenchRecord> records;
   {
     Progress progress(shapes.size());
-    cpu::Options cpu_options;
-    cpu_options.num_threads = config.exec.threads;
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       const AttentionShape& s = shapes[i];
       progress.show(i, progress_label(s));
-      BenchRecord r = record_for(s, path);
-      const ForwardArgs host_args = forward_args(s, host.pointers());
+      BenchRecord r = record_for(s, path, config.pass);
       Timing t;
-      Status status = gpu ? time_gpu_forward(forward_args(s, device->pointers()), config.exec.kernel, timing, &t)
-                          : time_cpu_forward(host_args, cpu_options, timing, &t);
+      Status status = time_shape(s, config, gpu, timing, buffers, &t);
       Problem problem;
-      if (status.is_ok()) status = validate_forward(host_args, cpu_target(), &problem);
+      if (status.is_ok()) status = validate_forward(buffers.host_forward(s), cpu_target(), &problem);
       if (status.is_ok()) {
         r.ms = t.median_ms;
-        r.tflops = problem.forward_flops() / (t.median_ms * 1e-3) / 1e12;
+        r.tflops = flops_factor * problem.forward_flops() / (t.median_ms * 1e-3) / 1e12;
       } else {
         r.error = status.to_string();
       }
@@ -189,7 +256,7 @@ int bench_command(const std::vector<std::string>& args) {
     failed = true;
   }
   if (!config.json_path.empty()) write_file(config.json_path, to_json(records));
-  if (!config.csv_path.empty()) write_file(config.csv_path, to_csv(records));
+  if (!config.csv_path.empty()) write_file(config.csv_path, to_csv(records, config.pass.backward));
   return failed ? kExitError : kExitOk;
 }
 

@@ -15,25 +15,19 @@
 #include "format.h"
 #include "host_tensors.h"
 #include "row_check.h"
+#include "run_config.h"
+#include "run_report.h"
 #include "shape.h"
 #include "timing.h"
 
 namespace fa3::cli {
 namespace {
 
-// A GPU call takes microseconds to milliseconds, a CPU call up to seconds.
-constexpr TimingConfig kGpuTiming{.warmup = 5, .iters = 20};
-constexpr TimingConfig kCpuTiming{.warmup = 1, .iters = 3};
-
 // Sampling more rows than this is a typo: 16 already cover every batch and head of
 // ordinary shapes, and small problems are checked whole.
 constexpr std::int64_t kMaxCheckRows = 1'000'000;
 
-struct RunConfig {
-  AttentionShape shape;  // defaults: batch 1, seqlen 512, 8 heads, head dim 128, bf16
-  ExecutionOptions exec;
-  std::int64_t check_rows = 16;
-};
+}  // namespace
 
 RunConfig parse_run(const std::vector<std::string>& args) {
   RunConfig c;
@@ -63,6 +57,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
        [&](const std::string& v) { c.check_rows = parse_int("check-rows", v, 0, kMaxCheckRows); }},
   };
   for (Flag& f : execution_flags(&c.exec)) flags.push_back(std::move(f));
+  for (Flag& f : pass_flags(&c.pass)) flags.push_back(std::move(f));
   apply_flags(args, flags);
 
   // --seqlen-q/--seqlen-k win over --seqlen wherever they stand on the line.
@@ -72,6 +67,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
   s.dtype = c.exec.dtype;
 
   check_execution(c.exec);
+  check_pass(c.pass);
   if (s.nheads_q % s.nheads_kv != 0) {
     throw UsageError("--nheads-kv " + std::to_string(s.nheads_kv) + " must divide --nheads " +
                      std::to_string(s.nheads_q));
@@ -83,27 +79,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
   return c;
 }
 
-void report(const char* key, const std::string& value) { std::printf("  %-8s %s\n", key, value.c_str()); }
-
-std::string check_summary(const RowCheck& c) {
-  if (c.rows == 0) return "no rows compared (--check-rows 0); NaN scan of out and lse only";
-  return std::to_string(c.rows) + " rows vs the exact reference: max |out - ref| " + scientific(c.max_out_error, 2) +
-         ", max |lse - ref| " + scientific(c.max_lse_error, 2) + " (bound " + scientific(c.bound, 0) + ")";
-}
-
-std::string failure_reason(const RowCheck& c) {
-  std::vector<std::string> why;
-  if (c.nan_out) why.push_back(std::to_string(c.nan_out) + " NaN in out");
-  if (c.nan_lse) why.push_back(std::to_string(c.nan_lse) + " NaN in lse");
-  if (c.max_out_error > c.bound) why.push_back("out error above the bound");
-  if (why.empty()) why.push_back("lse error above the bound");
-  return join(why);
-}
-
-}  // namespace
-
-int run_command(const std::vector<std::string>& args) {
-  const RunConfig config = parse_run(args);
+int run_forward(const RunConfig& config) {
   const AttentionShape& shape = config.shape;
   const PathChoice path = choose_path(config.exec.device, shape.dtype);
   const TimingConfig timing = config.exec.timing(path.path == Path::kGpu ? kGpuTiming : kCpuTiming);
@@ -133,18 +109,20 @@ int run_command(const std::vector<std::string>& args) {
   throw_if_error(validate_forward(host_args, cpu_target(), &problem));
   const RowCheck check = check_rows(problem, host_args, sample_rows(problem, config.check_rows, config.exec.seed));
 
-  const double flops = problem.forward_flops();
   std::printf("fa3 run\n");
-  report("path", describe(path));
+  report("path", describe(path, false));
   report("problem", shape.describe());
   if (!kernel.empty()) report("kernel", kernel);
-  report("time", fixed(t.median_ms, 3) + " ms (median of " + std::to_string(t.iters) + ", min " +
-                     fixed(t.min_ms, 3) + " ms, after " + std::to_string(timing.warmup) + " warm-up)");
-  report("speed", significant(flops / (t.median_ms * 1e-3) / 1e12, 3) + " TFLOP/s (" +
-                      significant(flops / 1e9, 3) + " GFLOP)");
-  report("check", check_summary(check));
-  report("result", check.passed ? "PASS" : "FAIL: " + failure_reason(check));
+  report("time", timing_summary(t, timing));
+  report("speed", speed_summary(problem.forward_flops(), t));
+  report("check", forward_summary(check));
+  report("result", check.passed ? "PASS" : "FAIL: " + join(forward_failures(check)));
   return check.passed ? kExitOk : kExitCheckFailed;
+}
+
+int run_command(const std::vector<std::string>& args) {
+  const RunConfig config = parse_run(args);
+  return config.pass.backward ? run_backward(config) : run_forward(config);
 }
 
 }  // namespace fa3::cli

@@ -58,4 +58,17 @@ void check_execution(const ExecutionOptions& o) {
   }
 }
 
+std::vector<Flag> pass_flags(PassOptions* o) {
+  return {
+      {"backward", false, [o](const std::string&) { o->backward = true; }},
+      {"deterministic", false, [o](const std::string&) { o->deterministic = true; }},
+  };
+}
+
+void check_pass(const PassOptions& o) {
+  if (o.deterministic && !o.backward) {
+    throw UsageError("--deterministic applies to the backward pass; add --backward");
+  }
+}
+
 }  // namespace fa3::cli

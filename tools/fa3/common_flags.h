@@ -1,5 +1,5 @@
-// fa3 program — the flags `fa3 run` and `fa3 bench` share: sizes, and what runs where,
-// how it is timed, and the seed of the inputs.
+// fa3 program — the flags `fa3 run` and `fa3 bench` share: sizes, the pass, and what
+// runs where, how it is timed, and the seed of the inputs.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +34,21 @@ struct ExecutionOptions {
   TimingConfig timing(const TimingConfig& defaults) const;
 };
 
-// --dtype, --device, --warmup, --iters, --threads, --seed.
+// --dtype, --device, --warmup, --iters, --threads, --seed, --kernel.
 std::vector<Flag> execution_flags(ExecutionOptions* options);
 
 // Rules between those flags (fp32 has no GPU kernels); throws UsageError.
 void check_execution(const ExecutionOptions& options);
+
+struct PassOptions {
+  bool backward = false;       // the forward runs untimed, then the backward is timed
+  bool deterministic = false;  // BackwardArgs::deterministic; only with backward
+};
+
+// --backward, --deterministic.
+std::vector<Flag> pass_flags(PassOptions* options);
+
+// --deterministic needs --backward; throws UsageError.
+void check_pass(const PassOptions& options);
 
 }  // namespace fa3::cli

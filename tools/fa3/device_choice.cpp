@@ -41,11 +41,13 @@ PathChoice choose_path(DeviceChoice choice, DType dtype) {
   return c;
 }
 
-std::string describe(const PathChoice& c) {
+std::string describe(const PathChoice& c, bool backward) {
+  const char* pass = backward ? "backward" : "forward";
   if (c.path == Path::kGpu) {
-    return "gpu, fa3::forward on " + c.device.name + " (device " + std::to_string(c.device.index) + ")";
+    return std::string("gpu, fa3::") + pass + " on " + c.device.name + " (device " + std::to_string(c.device.index) +
+           ")";
   }
-  return "cpu, fa3::cpu::forward (" + c.why + ")";
+  return std::string("cpu, fa3::cpu::") + pass + " (" + c.why + ")";
 }
 
 }  // namespace fa3::cli

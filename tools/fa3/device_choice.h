@@ -1,4 +1,5 @@
-// fa3 program — which path runs: fa3::forward on a Hopper GPU, or fa3::cpu::forward.
+// fa3 program — which path runs: fa3::forward / fa3::backward on a Hopper GPU, or
+// fa3::cpu::forward / fa3::cpu::backward.
 #pragma once
 
 #include <string>
@@ -24,7 +25,8 @@ std::string gpu_unusable_reason(const DeviceInfo& device);
 // Throws RunError when --device gpu was asked for and the GPU is not usable.
 PathChoice choose_path(DeviceChoice choice, DType dtype);
 
-// "gpu (NVIDIA H200, device 0)" or "cpu (no CUDA device: ...)".
-std::string describe(const PathChoice& choice);
+// "gpu, fa3::forward on NVIDIA H200 (device 0)" or "cpu, fa3::cpu::backward (no CUDA
+// device: ...)": the entry point of the pass that is timed, and where it runs.
+std::string describe(const PathChoice& choice, bool backward);
 
 }  // namespace fa3::cli

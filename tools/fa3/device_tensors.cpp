@@ -20,4 +20,22 @@ void DeviceTensors::download_outputs(HostTensors& host) const {
   cuda_check(cudaMemcpy(h.lse, lse_.get(), host.lse_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of lse");
 }
 
+DeviceGradients::DeviceGradients(const HostGradients& host)
+    : dout_(host.q_bytes()), dq_(host.q_bytes()), dk_(host.kv_bytes()), dv_(host.kv_bytes()) {
+  cuda_check(cudaMemcpy(dout_.get(), host.pointers().dout, host.q_bytes(), cudaMemcpyHostToDevice),
+             "cudaMemcpy of dout");
+  cuda_check(cudaMemset(dq_.get(), 0xff, host.q_bytes()), "cudaMemset of dq");
+  cuda_check(cudaMemset(dk_.get(), 0xff, host.kv_bytes()), "cudaMemset of dk");
+  cuda_check(cudaMemset(dv_.get(), 0xff, host.kv_bytes()), "cudaMemset of dv");
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the uploads");
+}
+
+void DeviceGradients::download_gradients(HostGradients& host) const {
+  const GradientPointers h = host.pointers();
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before reading the gradients");
+  cuda_check(cudaMemcpy(h.dq, dq_.get(), host.q_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of dq");
+  cuda_check(cudaMemcpy(h.dk, dk_.get(), host.kv_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of dk");
+  cuda_check(cudaMemcpy(h.dv, dv_.get(), host.kv_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of dv");
+}
+
 }  // namespace fa3::cli

@@ -1,4 +1,4 @@
-// fa3 program — device copies of the host tensors, for the GPU path.
+// fa3 program — device copies of the host tensors and gradients, for the GPU path.
 #pragma once
 
 #include "cuda_resources.h"
@@ -21,6 +21,20 @@ class DeviceTensors {
 
  private:
   DeviceBuffer q_, k_, v_, out_, lse_;
+};
+
+class DeviceGradients {
+ public:
+  // Uploads dout; fills dq, dk and dv with the NaN pattern, as on the host.
+  explicit DeviceGradients(const HostGradients& host);
+
+  GradientPointers pointers() const { return {dout_.get(), dq_.get(), dk_.get(), dv_.get()}; }
+
+  // Copies dq, dk and dv into the host gradients (waits for all device work first).
+  void download_gradients(HostGradients& host) const;
+
+ private:
+  DeviceBuffer dout_, dq_, dk_, dv_;
 };
 
 }  // namespace fa3::cli

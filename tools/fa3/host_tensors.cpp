@@ -101,4 +101,26 @@ HostTensors::HostTensors(const TensorCapacity& capacity, DType dtype, std::uint6
   fill_nan(lse_.get(), lse_bytes_);
 }
 
+HostGradients::HostGradients(const TensorCapacity& capacity, DType dtype, std::uint64_t seed)
+    : q_bytes_(bytes_of(capacity.q_elements, dtype)),
+      kv_bytes_(bytes_of(capacity.kv_elements, dtype)),
+      dout_(allocate(q_bytes_, "dout")),
+      dq_(allocate(q_bytes_, "dq")),
+      dk_(allocate(kv_bytes_, "dk")),
+      dv_(allocate(kv_bytes_, "dv")) {
+  fill_normal(dout_.get(), dtype, capacity.q_elements, seed, 3);
+  fill_nan(dq_.get(), q_bytes_);
+  fill_nan(dk_.get(), kv_bytes_);
+  fill_nan(dv_.get(), kv_bytes_);
+}
+
+std::vector<std::byte> HostGradients::gradient_bytes() const {
+  std::vector<std::byte> bytes;
+  bytes.reserve(q_bytes_ + 2 * kv_bytes_);
+  bytes.insert(bytes.end(), dq_.get(), dq_.get() + q_bytes_);
+  bytes.insert(bytes.end(), dk_.get(), dk_.get() + kv_bytes_);
+  bytes.insert(bytes.end(), dv_.get(), dv_.get() + kv_bytes_);
+  return bytes;
+}
+
 }  // namespace fa3::cli

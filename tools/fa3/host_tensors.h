@@ -1,9 +1,11 @@
-// fa3 program — host buffers for q, k, v, out and lse, with random normal inputs.
+// fa3 program — host buffers for q, k, v, out and lse, and for the backward's dout, dq,
+// dk and dv, with random normal inputs.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "fa3/tensor.h"
 #include "shape.h"
@@ -34,6 +36,23 @@ class HostTensors {
   std::size_t q_bytes_, kv_bytes_, lse_bytes_;
   // Left uninitialised by allocation: every byte is filled right after.
   std::unique_ptr<std::byte[]> q_, k_, v_, out_, lse_;
+};
+
+class HostGradients {
+ public:
+  // dout random normal (a stream of `seed` that q, k and v do not use); dq, dk, dv NaN.
+  HostGradients(const TensorCapacity& capacity, DType dtype, std::uint64_t seed);
+
+  GradientPointers pointers() const { return {dout_.get(), dq_.get(), dk_.get(), dv_.get()}; }
+  std::size_t q_bytes() const { return q_bytes_; }
+  std::size_t kv_bytes() const { return kv_bytes_; }
+
+  // dq, dk and dv byte for byte: what a deterministic backward must reproduce.
+  std::vector<std::byte> gradient_bytes() const;
+
+ private:
+  std::size_t q_bytes_, kv_bytes_;
+  std::unique_ptr<std::byte[]> dout_, dq_, dk_, dv_;
 };
 
 }  // namespace fa3::cli

@@ -8,42 +8,14 @@
 namespace fa3::cli {
 namespace {
 
-float element(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2, std::int64_t i3 = 0) {
-  const std::int64_t index[TensorView::kMaxRank] = {i0, i1, i2, i3};
-  const std::int64_t offset = t.byte_offset(index) / static_cast<std::int64_t>(dtype_size(t.dtype));
-  return numeric::load_as_float(t.data, offset, t.dtype);
-}
-
-std::int64_t count_nans(const TensorView& t) {
-  // The views are contiguous: a flat scan covers every element once.
-  std::int64_t n = 0;
-  const std::int64_t total = t.numel();
-  for (std::int64_t i = 0; i < total; ++i) n += std::isnan(numeric::load_as_float(t.data, i, t.dtype)) ? 1 : 0;
-  return n;
-}
-
-// |got - want|, where two infinities of the same sign agree (a fully masked row's lse).
-double difference(double got, double want) {
-  if (std::isinf(got) && std::isinf(want) && (got > 0) == (want > 0)) return 0;
-  return std::fabs(got - want);
-}
-
-}  // namespace
-
-double error_bound(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16: return 2e-2;
-    case DType::kFloat16: return 4e-3;
-    default: return 1e-5;
-  }
-}
-
-std::vector<reference::RowRef> sample_rows(const Problem& p, std::int64_t count, std::uint64_t seed) {
-  const std::int64_t total = p.batch * p.nheads_q * p.seqlen_q;
+// `count` of the `batch x heads x rows` (batch, head, row) triples, as sample_rows says.
+std::vector<reference::RowRef> spread(std::int64_t batch, std::int64_t heads, std::int64_t rows_per_head,
+                                      std::int64_t count, std::uint64_t seed) {
+  const std::int64_t total = batch * heads * rows_per_head;
   std::vector<reference::RowRef> rows;
   if (count <= 0) return rows;
   auto decode = [&](std::int64_t flat) {
-    return reference::RowRef{flat / (p.nheads_q * p.seqlen_q), (flat / p.seqlen_q) % p.nheads_q, flat % p.seqlen_q};
+    return reference::RowRef{flat / (heads * rows_per_head), (flat / rows_per_head) % heads, flat % rows_per_head};
   };
   if (count >= total) {
     for (std::int64_t f = 0; f < total; ++f) rows.push_back(decode(f));
@@ -59,6 +31,44 @@ std::vector<reference::RowRef> sample_rows(const Problem& p, std::int64_t count,
     rows.push_back(decode(flat));
   }
   return rows;
+}
+
+}  // namespace
+
+float element(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2, std::int64_t i3) {
+  const std::int64_t index[TensorView::kMaxRank] = {i0, i1, i2, i3};
+  const std::int64_t offset = t.byte_offset(index) / static_cast<std::int64_t>(dtype_size(t.dtype));
+  return numeric::load_as_float(t.data, offset, t.dtype);
+}
+
+std::int64_t count_nans(const TensorView& t) {
+  // The views are contiguous: a flat scan covers every element once.
+  std::int64_t n = 0;
+  const std::int64_t total = t.numel();
+  for (std::int64_t i = 0; i < total; ++i) n += std::isnan(numeric::load_as_float(t.data, i, t.dtype)) ? 1 : 0;
+  return n;
+}
+
+double difference(double got, double want) {
+  if (std::isinf(got) && std::isinf(want) && (got > 0) == (want > 0)) return 0;
+  return std::fabs(got - want);
+}
+
+double error_bound(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16: return 2e-2;
+    case DType::kFloat16: return 4e-3;
+    default: return 1e-5;
+  }
+}
+
+std::vector<reference::RowRef> sample_rows(const Problem& p, std::int64_t count, std::uint64_t seed) {
+  return spread(p.batch, p.nheads_q, p.seqlen_q, count, seed);
+}
+
+std::vector<reference::RowRef> sample_key_rows(const Problem& p, std::int64_t count, std::uint64_t seed) {
+  // Another seed: the picks inside each slice need not line up with the query rows'.
+  return spread(p.batch, p.nheads_kv, p.seqlen_k, count, ~seed);
 }
 
 RowCheck check_rows(const Problem& p, const ForwardArgs& args, const std::vector<reference::RowRef>& rows) {

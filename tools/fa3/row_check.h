@@ -19,6 +19,16 @@ double error_bound(DType dtype);
 // slices of that order, the last slice giving the very last row, where masks and
 // sequence ends meet. All rows when `count` covers them.
 std::vector<reference::RowRef> sample_rows(const Problem& p, std::int64_t count, std::uint64_t seed);
+// The same over (batch, KV head, key): RowRefs whose head is a KV head and whose row
+// is a key, the rows of dk and dv.
+std::vector<reference::RowRef> sample_key_rows(const Problem& p, std::int64_t count, std::uint64_t seed);
+
+// Element (i0, i1, i2, i3) of a host view, as fp32.
+float element(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2, std::int64_t i3 = 0);
+// NaNs in a contiguous host view.
+std::int64_t count_nans(const TensorView& t);
+// |got - want|, where two infinities of the same sign agree (a fully masked row's lse).
+double difference(double got, double want);
 
 struct RowCheck {
   std::int64_t rows = 0;         // rows compared with the reference

@@ -49,6 +49,25 @@ ForwardArgs forward_args(const AttentionShape& shape, const TensorPointers& ptrs
   return a;
 }
 
+BackwardArgs backward_args(const AttentionShape& shape, const TensorPointers& ptrs, const GradientPointers& grads,
+                           bool deterministic) {
+  const AttentionShape& s = shape;
+  const ForwardArgs f = forward_args(shape, ptrs);
+  BackwardArgs a;
+  a.q = f.q;
+  a.k = f.k;
+  a.v = f.v;
+  a.out = f.out;
+  a.lse = f.lse;
+  a.dout = TensorView::contiguous(grads.dout, s.dtype, {s.batch, s.seqlen_q, s.nheads_q, s.head_dim});
+  a.dq = TensorView::contiguous(grads.dq, s.dtype, {s.batch, s.seqlen_q, s.nheads_q, s.head_dim});
+  a.dk = TensorView::contiguous(grads.dk, s.dtype, {s.batch, s.seqlen_k, s.nheads_kv, s.head_dim});
+  a.dv = TensorView::contiguous(grads.dv, s.dtype, {s.batch, s.seqlen_k, s.nheads_kv, s.head_dim});
+  a.options = s.options;
+  a.deterministic = deterministic;
+  return a;
+}
+
 void TensorCapacity::grow_to(const AttentionShape& shape) {
   q_elements = std::max(q_elements, shape.q_elements());
   kv_elements = std::max(kv_elements, shape.kv_elements());

@@ -42,6 +42,20 @@ struct TensorPointers {
 // head_dim); lse (batch, nheads_q, seqlen_q); all contiguous.
 ForwardArgs forward_args(const AttentionShape& shape, const TensorPointers& ptrs);
 
+// Base pointers of the backward's own tensors, in the shape's dtype: dout and dq like q,
+// dk and dv like k.
+struct GradientPointers {
+  void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+};
+
+// The forward's views of `ptrs` (its out and lse being the backward's inputs) with the
+// gradients of `grads`, all contiguous; no workspace.
+BackwardArgs backward_args(const AttentionShape& shape, const TensorPointers& ptrs, const GradientPointers& grads,
+                           bool deterministic);
+
 // Element counts large enough for every shape it has grown to: one allocation serves a
 // whole sweep.
 struct TensorCapacity {

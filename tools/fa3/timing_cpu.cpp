@@ -16,23 +16,32 @@ Timing summarize(std::vector<double> times_ms) {
   return t;
 }
 
-Status time_cpu_forward(const ForwardArgs& args, const cpu::Options& options, const TimingConfig& config,
-                        Timing* timing) {
+Status time_host_calls(const std::function<Status()>& call, const TimingConfig& config, Timing* timing) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < config.warmup; ++i) {
-    Status s = cpu::forward(args, options);
+    Status s = call();
     if (!s.is_ok()) return s;
   }
   std::vector<double> times;
   for (int i = 0; i < config.iters; ++i) {
     const auto start = Clock::now();
-    Status s = cpu::forward(args, options);
+    Status s = call();
     const auto stop = Clock::now();
     if (!s.is_ok()) return s;
     times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
   }
   *timing = summarize(std::move(times));
   return Status::ok();
+}
+
+Status time_cpu_forward(const ForwardArgs& args, const cpu::Options& options, const TimingConfig& config,
+                        Timing* timing) {
+  return time_host_calls([&] { return cpu::forward(args, options); }, config, timing);
+}
+
+Status time_cpu_backward(const BackwardArgs& args, const cpu::Options& options, const TimingConfig& config,
+                         Timing* timing) {
+  return time_host_calls([&] { return cpu::backward(args, options); }, config, timing);
 }
 
 }  // namespace fa3::cli

@@ -7,12 +7,11 @@
 
 namespace fa3::cli {
 
-Status time_gpu_forward(const ForwardArgs& args, const std::string& kernel, const TimingConfig& config,
-                        Timing* timing) {
+Status time_device_calls(const std::function<Status(cudaStream_t)>& call, const TimingConfig& config,
+                         Timing* timing) {
   CudaStream stream;
-  auto call = [&] { return kernel.empty() ? forward(args, stream.get()) : forward_with_kernel(args, kernel, stream.get()); };
   for (int i = 0; i < config.warmup; ++i) {
-    Status s = call();
+    Status s = call(stream.get());
     if (!s.is_ok()) return s;
   }
   // One event pair per call, read after a single synchronisation: no host round trip
@@ -21,7 +20,7 @@ Status time_gpu_forward(const ForwardArgs& args, const std::string& kernel, cons
   std::vector<CudaEvent> stop(static_cast<std::size_t>(config.iters));
   for (int i = 0; i < config.iters; ++i) {
     cuda_check(cudaEventRecord(start[i].get(), stream.get()), "cudaEventRecord");
-    Status s = call();
+    Status s = call(stream.get());
     if (!s.is_ok()) return s;
     cuda_check(cudaEventRecord(stop[i].get(), stream.get()), "cudaEventRecord");
   }
@@ -34,6 +33,26 @@ Status time_gpu_forward(const ForwardArgs& args, const std::string& kernel, cons
   }
   *timing = summarize(std::move(times));
   return Status::ok();
+}
+
+Status run_device_once(const std::function<Status(cudaStream_t)>& call) {
+  CudaStream stream;
+  Status s = call(stream.get());
+  if (s.is_ok()) cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize after an untimed call");
+  return s;
+}
+
+Status gpu_forward(const ForwardArgs& args, const std::string& kernel, cudaStream_t stream) {
+  return kernel.empty() ? forward(args, stream) : forward_with_kernel(args, kernel, stream);
+}
+
+Status time_gpu_forward(const ForwardArgs& args, const std::string& kernel, const TimingConfig& config,
+                        Timing* timing) {
+  return time_device_calls([&](cudaStream_t s) { return gpu_forward(args, kernel, s); }, config, timing);
+}
+
+Status time_gpu_backward(const BackwardArgs& args, const TimingConfig& config, Timing* timing) {
+  return time_device_calls([&](cudaStream_t s) { return backward(args, s); }, config, timing);
 }
 
 }  // namespace fa3::cli

@@ -9,9 +9,10 @@ Exact attention (FlashAttention-3) on NVIDIA Hopper GPUs, with a CPU path.
 
 commands:
   info     what this build holds, and which GPU (if any) is present
-  run      one forward pass on random inputs: timed, and checked against the
-           exact reference
-  bench    a sweep of shapes, timed; optional JSON and CSV output
+  run      one forward pass (or, with --backward, a backward pass) on random
+           inputs: timed, and checked against the exact reference
+  bench    a sweep of shapes, forward or backward, timed; optional JSON and
+           CSV output
 
 `fa3 <command> --help` lists a command's options.
 exit status: 0 ok, 1 error from the library or CUDA, 2 bad arguments,
@@ -32,7 +33,10 @@ const char* run_usage() {
   return R"(usage: fa3 run [options]
 
 Runs one attention forward pass on random normal inputs, times it, and checks a
-sample of query rows against the exact (fp64) reference.
+sample of query rows against the exact (fp64) reference. With --backward, runs
+the forward (with lse) once, then times the backward pass alone on a random dout,
+and checks out, lse and dq on the sampled query rows and dk, dv on as many
+sampled key rows.
 
 shape:
   --batch N          batch size (default 1)
@@ -43,6 +47,13 @@ shape:
   --nheads-kv N      key/value heads, dividing --nheads (default: --nheads)
   --head-dim N       head dimension (default 128)
   --dtype T          bf16 | fp16 | fp32; fp32 runs on the CPU only (default bf16)
+pass:
+  --backward         time the backward pass: fa3::backward on the GPU, its
+                     workspace allocated once; on the CPU fa3::cpu::backward,
+                     the exact reference
+  --deterministic    with --backward: the deterministic backward; one more
+                     untimed call first, whose dq, dk, dv the last call must
+                     reproduce bit for bit
 attention:
   --causal           causal mask, aligned to the bottom-right corner
   --window L,R       sliding window: query i sees keys i-L .. i+R (-1: unbounded)
@@ -52,37 +63,55 @@ execution:
   --device D         auto | gpu | cpu (default auto: the GPU when it is a Hopper
                      GPU with kernels for the dtype, else the CPU)
   --iters N          timed calls; the median is reported (default 20 on the GPU,
-                     3 on the CPU)
-  --warmup N         untimed calls first (default 5 on the GPU, 1 on the CPU)
+                     3 on the CPU, 1 for the CPU's backward)
+  --warmup N         untimed calls first (default 5 on the GPU, 1 on the CPU, 0
+                     for the CPU's backward)
   --threads N        CPU threads (default 0: one per hardware thread)
   --kernel NAME      GPU forward kernel, by tile (such as 128x176), instead of
                      the library's choice; an unknown name is refused with the
-                     list of kernels built for the problem
+                     list of kernels built for the problem (with --backward:
+                     the forward that writes out and lse)
   --check-rows N     query rows compared with the reference, spread over batch,
-                     heads and rows, the last row included (default 16; 0: none)
+                     heads and rows, the last row included (default 16; 0: none);
+                     with --backward also N key rows (of dk, dv), spread over
+                     batch, KV heads and keys. Each (batch, KV head) holding a
+                     sampled key costs an fp64 forward pass of its query heads
+                     on --threads CPU threads: for long sequences use few rows
   --seed N           random seed of the inputs and the sample (default 0)
   -h, --help         this text
 
 The check fails (exit status 3) on a NaN anywhere in out or lse, or an error above
 the bound: |out - ref| over 2e-2 (bf16), 4e-3 (fp16), 1e-5 (fp32); lse the same
-bound times max(1, |lse|).
+bound times max(1, |lse|). With --backward it also fails on a NaN anywhere in dq,
+dk or dv, on |dq - ref| (dk, dv alike) over that bound times the largest |ref| of
+the gradient among the checked rows, plus 1e-5, and (--deterministic) on a last
+call whose gradients differ from the first's. The backward's speed counts 2.5x
+the forward's FLOPs.
 )";
 }
 
 const char* bench_usage() {
   return R"(usage: fa3 bench [options]
 
-Times the forward pass over a sweep of shapes. Every shape keeps batch x seqlen =
---tokens and nheads x head dim = --hidden, as in the FlashAttention-3 paper; query
-and key lengths are equal, nheads_kv = nheads.
+Times the forward pass (or, with --backward, the backward pass alone) over a
+sweep of shapes. Every shape keeps batch x seqlen = --tokens and nheads x head dim
+= --hidden, as in the FlashAttention-3 paper; query and key lengths are equal,
+nheads_kv = nheads.
 
 default sweep on the GPU (the ANCHORS.md sweep): head dims 64, 128, 256 (those
   compiled into this build) x causal no, yes x seqlen 512, 1024, 2048, 4096, 8192,
   16384; 16384 tokens, hidden 2048; 20 timed calls after 5 warm-up
 default sweep on the CPU (under a minute on 2 cores): head dims 64, 128 x causal
   no, yes x seqlen 128, 256, 512; 1024 tokens, hidden 512; 3 timed calls after 1
+  (--backward, the exact fp64 reference: seqlen 128, 256; 512 tokens, hidden
+  256; 1 timed call)
 
 options:
+  --backward         time the backward pass: the forward runs once per shape,
+                     untimed, for the out and lse it reads; the GPU workspace is
+                     allocated once for the sweep; TFLOP/s count 2.5x the
+                     forward's FLOPs
+  --deterministic    with --backward: the deterministic backward
   --head-dims LIST   comma-separated head dims
   --seqlens LIST     comma-separated sequence lengths
   --causal           causal shapes only
@@ -100,10 +129,11 @@ options:
   --csv FILE         write the results as CSV, one record a line
   -h, --help         this text
 
-A record: {"impl": "fa3", "pass": "fwd", "dtype", "hdim", "causal", "seqlen",
-"batch", "nheads", "tflops", "ms", "device": "gpu" | "cpu", "gpu": the GPU's name
-or "cpu"}. A shape the library rejects is reported and left out of the files, and
-the exit status is then 1.
+A record: {"impl": "fa3", "pass": "fwd" | "bwd", "dtype", "hdim", "causal",
+"seqlen", "batch", "nheads", "tflops", "ms", "device": "gpu" | "cpu", "gpu": the
+GPU's name or "cpu"}, and for "bwd" "deterministic" (true | false) last; the CSV
+of a backward sweep has that column too. A shape the library rejects is reported
+and left out of the files, and the exit status is then 1.
 )";
 }
 

@@ -52,6 +52,12 @@ std::vector<BadArgs> bad_args() {
       {"kernel_empty", "run --kernel=", "--kernel needs a kernel name"},
       {"kernel_on_cpu", "run --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
       {"bench_kernel_on_cpu", "bench --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
+      {"deterministic_without_backward", "run --deterministic", "--deterministic applies to the backward pass"},
+      {"bench_deterministic_without_backward", "bench --deterministic --seqlens 64",
+       "--deterministic applies to the backward pass; add --backward"},
+      {"backward_with_value", "run --backward=1", "--backward takes no value"},
+      {"backward_bad_size", "run --backward --seqlen 0", "--seqlen: 0 is out of range"},
+      {"bench_backward_fp32_on_gpu", "bench --backward --device gpu --dtype fp32", "--dtype fp32 runs on the CPU only"},
   };
 }
 
@@ -113,15 +119,19 @@ TEST(CliHelp, DocumentsEveryRunAndBenchOption) {
   const std::string run = run_cli("run --help").out;
   for (const char* flag : {"--batch", "--seqlen ", "--seqlen-q", "--seqlen-k", "--nheads ", "--nheads-kv",
                            "--head-dim", "--dtype", "--causal", "--window", "--softcap", "--scale", "--device",
-                           "--iters", "--warmup", "--threads", "--check-rows", "--seed"}) {
+                           "--iters", "--warmup", "--threads", "--check-rows", "--seed", "--backward",
+                           "--deterministic"}) {
     EXPECT_TRUE(contains(run, flag)) << flag;
   }
   const std::string bench = run_cli("bench --help").out;
   for (const char* flag : {"--head-dims", "--seqlens", "--causal", "--non-causal", "--tokens", "--hidden",
-                           "--dtype", "--device", "--iters", "--warmup", "--json", "--csv"}) {
+                           "--dtype", "--device", "--iters", "--warmup", "--json", "--csv", "--backward",
+                           "--deterministic"}) {
     EXPECT_TRUE(contains(bench, flag)) << flag;
   }
   EXPECT_TRUE(contains(bench, "default sweep on the CPU"));
+  EXPECT_TRUE(contains(bench, "\"pass\": \"fwd\" | \"bwd\""));
+  EXPECT_TRUE(contains(run_cli("--help").out, "--backward"));
 }
 
 }  // namespace
