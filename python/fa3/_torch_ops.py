@@ -3,9 +3,9 @@
 As custom ops they are opaque to torch.compile: the compiler traces their fake
 implementations (shapes and dtypes only) and calls the real ones at run time, so
 flash_attn_func compiles with fullgraph=True. fa3::fwd's autograd formula calls
-fa3::bwd. Outputs are allocated here, by torch, on the inputs' device; the
-extension only writes them. Eager calls that need nothing the op provides skip its
-dispatch (forward() below).
+fa3::bwd. Outputs, and the GPU backward's workspace, are allocated here, by torch,
+on the inputs' device; the extension only writes them. Eager calls that need
+nothing the op provides skip its dispatch (forward() below).
 """
 
 import torch
@@ -94,25 +94,35 @@ def attention_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv) for the forward call with the same options."""
     dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
-    _C.backward(
-        dout.detach(),
-        q.detach(),
-        k.detach(),
-        v.detach(),
-        out.detach(),
-        lse.detach(),
-        dq,
-        dk,
-        dv,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        deterministic=deterministic,
-        **_placement(q),
-    )
+    tensors = (dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dq, dk, dv)
+    options = {
+        "softmax_scale": softmax_scale,
+        "causal": causal,
+        "window_left": window_left,
+        "window_right": window_right,
+        "softcap": softcap,
+        "deterministic": deterministic,
+    }
+    _C.backward(*tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
     return dq, dk, dv
+
+
+def _backward_workspace(tensors, options):
+    """The scratch memory the GPU backward needs, taken from torch's allocator so that
+    no call allocates behind torch's back; None for CPU tensors, which need none."""
+    q = tensors[1]
+    if q.device.type != "cuda":
+        return None
+    nbytes = _C.backward_workspace_size(*tensors, **options)
+    # The kernels need it 256-byte aligned. torch's CUDA caching allocator rounds every
+    # block up to a multiple of 512 bytes and carves blocks out of segments that CUDA
+    # aligns to at least 256 bytes, at offsets that are sums of block sizes, so a fresh
+    # tensor's data is 256-byte aligned (test_gpu.py checks; an allocator that did
+    # otherwise would get a ValueError from the extension, not a wrong result).
+    # The tensor goes back to the allocator when the op returns, while the kernels may
+    # still be running: the allocator hands the block out again only to work on the
+    # same stream, the current one the kernels run on, so that work starts after them.
+    return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
 
 
 @attention_backward.register_fake

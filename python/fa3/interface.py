@@ -50,7 +50,12 @@ def flash_attn_func(
     sees no key gives 0. window_size (left, right): query i sees keys in
     [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right], -1 meaning
     unbounded. softcap > 0: scores become softcap * tanh(scores / softcap).
-    deterministic: for the backward pass (the forward always is).
+
+    Differentiable in q, k and v (softmax_lse carries no gradient); with GQA/MQA,
+    dk and dv sum over each group of query heads. On CUDA tensors the backward pass
+    runs fa3's Hopper kernels, with scratch memory from torch's allocator on the
+    current stream. deterministic=True makes dq, dk and dv bitwise identical from
+    run to run, at some cost in speed; the forward pass always is.
 
     Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse) when
     return_attn_probs is True, softmax_lse being the natural-log logsumexp of each
@@ -58,7 +63,7 @@ def flash_attn_func(
 
     Not supported yet (NotImplementedError): qv, q/k/v_descale, attention_chunk != 0,
     num_splits > 1, pack_gqa=True, sm_margin != 0; on CUDA tensors also a sliding
-    window and softcap.
+    window and softcap, in both passes.
     """
     _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin)
     _checks.check_qkv(q, k, v)
@@ -89,7 +94,8 @@ def flash_attn_qkvpacked_func(
 
     qkv: (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, nheads_q + 2 *
     nheads_k, headdim) with num_heads_q given (GQA/MQA). q, k and v are taken as
-    views, so the gradient lands in one (batch, seqlen, ...) tensor like qkv.
+    views, so the gradient lands in one (batch, seqlen, ...) tensor like qkv;
+    deterministic acts as in flash_attn_func.
     """
     if not isinstance(qkv, torch.Tensor):
         raise TypeError(f"qkv: expected a torch.Tensor, got {type(qkv).__name__}")

@@ -114,4 +114,22 @@ TensorView make_view(const char* name, nb::dlpack::dtype dtype, std::size_t ndim
   return v;
 }
 
+ByteBuffer to_bytes(const char* name, const OutArray& a, Placement& placement) {
+  const std::string n = name;
+  const nb::dlpack::dtype dtype = a.dtype();
+  const bool is_uint8 =
+      dtype.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) && dtype.bits == 8 && dtype.lanes == 1;
+  if (!is_uint8 || a.ndim() != 1) {
+    throw nb::value_error(
+        (n + ": expected a 1-d uint8 array, got a " + std::to_string(a.ndim()) + "-d " + dtype_string(dtype) + " array")
+            .c_str());
+  }
+  // Elements one byte apart, so that the size in bytes is the element count.
+  if (a.shape(0) > 1 && a.stride_ptr() && a.stride(0) != 1) {
+    throw nb::value_error((n + ": must be contiguous, got stride " + std::to_string(a.stride(0))).c_str());
+  }
+  placement.check(name, a.device_type(), a.device_id());
+  return {a.data(), a.shape(0)};
+}
+
 }  // namespace fa3::python

@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <cstddef>
 #include <string>
 
 #include "fa3/tensor.h"
@@ -37,6 +38,16 @@ class Placement {
 // nb::value_error naming the argument; the C++ API checks everything else.
 TensorView make_view(const char* name, nb::dlpack::dtype dtype, std::size_t ndim, const std::int64_t* shape,
                      const std::int64_t* stride, void* data, int device_type, int device_id, Placement& placement);
+
+// Caller-owned scratch memory, as the C++ API takes it.
+struct ByteBuffer {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Checks that `a` is a contiguous 1-d uint8 array on the call's device and throws
+// nb::value_error naming it otherwise.
+ByteBuffer to_bytes(const char* name, const OutArray& a, Placement& placement);
 
 template <class Array>
 TensorView to_view(const char* name, const Array& a, Placement& placement) {

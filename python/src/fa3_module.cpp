@@ -1,8 +1,9 @@
 // fa3 Python extension (fa3._C): the public C++ API over DLPack tensors.
 //
 // Framework-neutral on purpose: tensors arrive through DLPack (PyTorch, NumPy, CuPy,
-// JAX...), the caller's CUDA stream arrives as an integer, and outputs are allocated
-// by the caller. Host tensors run fa3::cpu::*, CUDA tensors fa3::* on their own device.
+// JAX...), the caller's CUDA stream arrives as an integer, and outputs (and the
+// backward pass's workspace) are allocated by the caller. Host tensors run
+// fa3::cpu::*, CUDA tensors fa3::* on their own device.
 // A rejected call raises ValueError (invalid argument), NotImplementedError (not
 // supported) or RuntimeError (CUDA or internal error) with the library's message.
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -94,11 +96,13 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
   raise_if_error(status);
 }
 
-void backward(const InArray& dout, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
-              const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv, float softmax_scale,
-              bool causal, int window_left, int window_right, float softcap, bool deterministic, std::uintptr_t stream,
-              int num_threads) {
-  Placement where;
+// The tensors and options of a backward call; `where` learns their device. The size
+// query writes nothing, so it takes dq, dk and dv read-only (Grad = InArray).
+template <class Grad>
+BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray& k, const InArray& v,
+                           const InArray& out, const InArray& lse, const Grad& dq, const Grad& dk, const Grad& dv,
+                           float softmax_scale, bool causal, int window_left, int window_right, float softcap,
+                           bool deterministic, Placement& where) {
   BackwardArgs args;
   args.q = to_view("q", q, where);
   args.k = to_view("k", k, where);
@@ -111,6 +115,22 @@ void backward(const InArray& dout, const InArray& q, const InArray& k, const InA
   args.dv = to_view("dv", dv, where);
   args.options = make_options(softmax_scale, causal, window_left, window_right, softcap);
   args.deterministic = deterministic;
+  return args;
+}
+
+void backward(const InArray& dout, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
+              const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv, float softmax_scale,
+              bool causal, int window_left, int window_right, float softcap, bool deterministic,
+              const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads) {
+  Placement where;
+  BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, window_left,
+                                    window_right, softcap, deterministic, where);
+  // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
+  if (workspace && where.on_cuda()) {
+    const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
+    args.workspace = buffer.data;
+    args.workspace_bytes = buffer.bytes;
+  }
 
   Status status;
   {
@@ -122,6 +142,21 @@ void backward(const InArray& dout, const InArray& q, const InArray& k, const InA
     }
   }
   raise_if_error(status);
+}
+
+std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const InArray& k, const InArray& v,
+                                    const InArray& out, const InArray& lse, const InArray& dq, const InArray& dk,
+                                    const InArray& dv, float softmax_scale, bool causal, int window_left,
+                                    int window_right, float softcap, bool deterministic) {
+  Placement where;
+  const BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, window_left,
+                                          window_right, softcap, deterministic, where);
+  // The CPU path takes no workspace; answering 0 lets a caller ask before every
+  // backward() whatever the device.
+  if (where.on_host()) return 0;
+  std::size_t bytes = 0;
+  raise_if_error(fa3::backward_workspace_size(args, &bytes));
+  return bytes;
 }
 
 nb::dict build_info_dict() {
@@ -182,8 +217,17 @@ NB_MODULE(_C, m) {
         "path's thread count (0: all cores). Each is ignored on the other path.");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "deterministic"_a = false, "stream"_a = 0, "num_threads"_a = 0,
-        "Attention backward pass: writes dq, dk, dv from the forward's out and lse and the gradient dout.");
+        "deterministic"_a = false, "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
+        "Attention backward pass: writes dq, dk, dv from the forward's out and lse and the gradient dout.\n"
+        "deterministic: bitwise reproducible gradients (slower on the GPU). workspace: for CUDA tensors, a\n"
+        "1-d uint8 array on their device of at least backward_workspace_size() bytes, 256-byte aligned; its\n"
+        "contents do not matter, and it must stay allocated until the call's work on the stream is done.\n"
+        "Host tensors ignore it.");
+  m.def("backward_workspace_size", &backward_workspace_size, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a,
+        "dk"_a, "dv"_a, nb::kw_only(), "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1,
+        "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,
+        "Bytes of workspace that backward() needs for these arguments: for CUDA tensors after validating them\n"
+        "as backward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
   m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");
   m.def("device_info", &device_info_dict, "index"_a = -1,
         "Properties of CUDA device `index` (-1: the current device); never raises without a GPU.");

@@ -55,11 +55,54 @@ def reference(q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -
 
 
 def reference_grads(q, k, v, dout, *, dtype, **mask):
-    """dq, dk, dv of sum(out * dout) through reference(), computed and returned in `dtype`."""
-    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-    out, _ = reference(*leaves, dtype=dtype, **mask)
-    out.backward(dout.to(dtype))
-    return [t.grad for t in leaves]
+    """dq, dk, dv of sum(out * dout) through reference(), computed and returned in `dtype`.
+
+    float32/float64 differentiate reference() with autograd. 16-bit dtypes (`low`)
+    compute what the C++ references do (src/reference/naive.cpp): dS = P * (dP - D)
+    with D = rowsum(dout * out) in float32 from the forward's rounded output, and P,
+    dP and dS rounded to the dtype. Autograd through softmax would take
+    D = rowsum(P * dP) instead, which cancels exactly where P is exactly 1 (every row
+    when there is a single key): its `low` would then claim a precision that no
+    computation of D from out can reach.
+    """
+    if dtype in (torch.float32, torch.float64):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        out, _ = reference(*leaves, dtype=dtype, **mask)
+        out.backward(dout.to(dtype))
+        return [t.grad for t in leaves]
+    return _flash_grads(q, k, v, dout, dtype=dtype, **mask)
+
+
+def _flash_grads(q, k, v, dout, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0):
+    seqlen_q, nheads, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    group = nheads // nheads_k
+    out, _ = reference(q, k, v, dtype=dtype, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap)
+    qf, do = q.to(dtype), dout.to(dtype)
+    kf = k.to(dtype).repeat_interleave(group, dim=2)
+    vf = v.to(dtype).repeat_interleave(group, dim=2)
+    raw = torch.einsum("bqhd,bkhd->bhqk", qf, kf) * scale
+    capped = softcap * torch.tanh(raw / softcap) if softcap > 0 else raw
+    allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device)
+    scores = capped.masked_fill(~allowed, float("-inf"))
+    seen = allowed.any(dim=-1)[None, None, :, None]
+    probs = torch.softmax(scores, dim=-1).masked_fill(~seen, 0.0)
+    dv = torch.einsum("bhqk,bqhd->bkhd", probs, do)
+    dp = torch.einsum("bqhd,bkhd->bhqk", do, vf)
+    d = (do.float() * out.float()).sum(dim=-1).transpose(1, 2)[..., None]  # (b, h, sq, 1), float32
+    ds = probs.float() * (dp.float() - d)
+    if softcap > 0:
+        ds = ds * (1 - (capped.float() / softcap) ** 2)
+    ds = ds.to(dtype)
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kf) * scale
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, qf) * scale
+
+    def sum_group(t):
+        b, s, _, dim = t.shape
+        return t.view(b, s, nheads_k, group, dim).sum(dim=3)
+
+    return [dq, sum_group(dk), sum_group(dv)]
 
 
 def max_abs_error(a, b):

@@ -3,6 +3,8 @@ registration, and torch.compile(fullgraph=True) tracing flash_attn_func.
 
 CPU tensors and the aot_eager backend (which traces like inductor but generates no
 code), so it runs anywhere with PyTorch; test_gpu.py compiles with inductor on a GPU.
+The tests parametrized by device run on CUDA tensors too where a Hopper GPU and
+fa3's kernels are present, and are reported as skipped elsewhere.
 """
 
 import pytest
@@ -10,17 +12,30 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
+from gpu_support import BUILT_DTYPES, BUILT_HEAD_DIMS, gpu_skip_reason  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))),
+]
 
-def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype=torch.bfloat16, requires_grad=False):
+
+def make_qkv(
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype=torch.bfloat16, requires_grad=False, device="cpu"
+):
     gen = torch.Generator().manual_seed(11)
     tensors = [
-        torch.randn(batch, seqlen_q, nheads, head_dim, generator=gen).to(dtype),
-        torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype),
-        torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype),
+        torch.randn(batch, seqlen_q, nheads, head_dim, generator=gen).to(device, dtype),
+        torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(device, dtype),
+        torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(device, dtype),
     ]
     return [t.requires_grad_(requires_grad) for t in tensors]
+
+
+def kernel_case(device):
+    """(head_dim, dtype) that `device` runs: on CUDA, one this build compiled."""
+    return (64, torch.bfloat16) if device == "cpu" else (BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
 
 
 @pytest.mark.parametrize(
@@ -46,13 +61,18 @@ def test_meta_tensors_give_shapes():
     assert lse.shape == (2, 8, 33)
 
 
-def test_opcheck_forward_and_backward():
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+@pytest.mark.parametrize("heads, causal", [((4, 2), True), ((4, 4), False), ((4, 1), True)], ids=["gqa", "mha", "mqa"])
+def test_opcheck_forward_and_backward(device, deterministic, heads, causal):
     """torch.library.opcheck: schema, fake implementation, autograd registration, AOT dispatch."""
-    q, k, v = make_qkv(2, 17, 23, 4, 2, 64, requires_grad=True)
-    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, 0.0, True, -1, 0, 0.0, False))
-    out, lse = torch.ops.fa3.fwd(q, k, v, 0.0, True, -1, 0, 0.0, False)
+    head_dim, dtype = kernel_case(device)
+    q, k, v = make_qkv(2, 17, 23, *heads, head_dim, dtype, requires_grad=True, device=device)
+    options = (0.0, causal, -1, 0 if causal else -1, 0.0, deterministic)
+    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, *options))
+    out, lse = torch.ops.fa3.fwd(q, k, v, *options)
     dout = torch.randn_like(out)
-    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, 0.0, True, -1, 0, 0.0, False)
+    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, *options)
     torch.library.opcheck(torch.ops.fa3.bwd.default, args)
 
 
@@ -80,6 +100,29 @@ def test_compile_fullgraph_backward():
     compiled(q, k, v).sum().backward()
     for name, e, t in zip("qkv", eager, (q, k, v)):
         assert torch.equal(t.grad, e), f"d{name} differs between eager and compiled"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("packed", ["5d", "4d"])
+def test_compile_fullgraph_qkvpacked_deterministic_backward(device, packed):
+    """Forward and backward of flash_attn_qkvpacked_func, deterministic, traced whole:
+    the same gradients, bit for bit, as eager."""
+    head_dim, dtype = kernel_case(device)
+    heads = 8 + 2 * 2 if packed == "4d" else 4
+    shape = (2, 37, 3, heads, head_dim) if packed == "5d" else (2, 37, heads, head_dim)
+    qkv = torch.randn(shape, generator=torch.Generator().manual_seed(4)).to(device, dtype).requires_grad_()
+    num_heads_q = None if packed == "5d" else 8  # 4d: GQA 8:2
+
+    def block(qkv):
+        out = fa3.flash_attn_qkvpacked_func(qkv, causal=True, deterministic=True, num_heads_q=num_heads_q)
+        return out.float().square().sum()
+
+    block(qkv).backward()
+    eager = qkv.grad.clone()
+    qkv.grad = None
+    torch._dynamo.reset()
+    torch.compile(block, fullgraph=True, backend="aot_eager")(qkv).backward()
+    assert torch.equal(qkv.grad, eager)
 
 
 def test_compile_dynamic_shapes():

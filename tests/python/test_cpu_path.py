@@ -151,11 +151,94 @@ def test_backward(dtype, seqlens, causal):
         check_close(name, g, r, lo, factor=3.0)
 
 
-def test_backward_reaches_packed_qkv():
-    qkv = torch.randn(2, 24, 3, 4, 64, dtype=torch.bfloat16, requires_grad=True)
-    fa3.flash_attn_qkvpacked_func(qkv, causal=True).sum().backward()
-    assert qkv.grad is not None and qkv.grad.shape == qkv.shape
-    assert torch.isfinite(qkv.grad.float()).all()
+def test_backward_of_rows_that_see_no_key():
+    """Rows that see no key have output 0 whatever q holds: their dq is 0, and their
+    dout, however large, reaches no dk or dv."""
+    q, k, v = make_qkv(2, 40, 15, 4, 2, 64, torch.float32, seed=9)
+    dout = 100 * torch.randn(q.shape, generator=torch.Generator().manual_seed(10))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    fa3.flash_attn_func(*leaves, causal=True).backward(dout)
+    # Bottom-right alignment: queries 0..24 of 40 see none of the 15 keys.
+    assert torch.all(leaves[0].grad[:, :25] == 0)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float64, causal=True)
+    low = reference_grads(q, k, v, dout, dtype=torch.float32, causal=True)
+    for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
+        check_close(name, leaf.grad, r, lo, factor=3.0)
+
+
+@pytest.mark.parametrize("packed", ["5d", "4d"])
+def test_qkvpacked_backward(packed):
+    """The gradient lands in qkv: dq, dk and dv in the slots q, k and v came from."""
+    gen = torch.Generator().manual_seed(6)
+    if packed == "5d":
+        qkv = torch.randn(2, 30, 3, 4, 64, generator=gen).to(torch.bfloat16)
+        num_heads_q = None
+
+        def split(t):
+            return t.unbind(2)
+
+    else:
+        qkv = torch.randn(2, 30, 4 + 2 * 2, 64, generator=gen).to(torch.bfloat16)
+        num_heads_q = 4
+
+        def split(t):
+            return t.split([4, 2, 2], dim=2)
+
+    qkv.requires_grad_()
+    out = fa3.flash_attn_qkvpacked_func(qkv, causal=True, num_heads_q=num_heads_q)
+    dout = torch.randn(out.shape, generator=gen).to(torch.bfloat16)
+    out.backward(dout)
+    q, k, v = split(qkv.detach())
+    ref = reference_grads(q, k, v, dout, dtype=torch.float32, causal=True)
+    low = reference_grads(q, k, v, dout, dtype=torch.bfloat16, causal=True)
+    for name, g, r, lo in zip(("dq", "dk", "dv"), split(qkv.grad), ref, low):
+        check_close(name, g, r, lo, factor=3.0)
+
+
+@pytest.mark.parametrize(
+    "seqlens, options",
+    [
+        ((5, 7), {}),
+        ((7, 5), {"causal": True}),
+        ((6, 6), {"window_size": (2, 1)}),
+        ((5, 7), {"softcap": 1.5, "softmax_scale": 0.7, "causal": True}),
+    ],
+    ids=["full", "causal-rows-without-keys", "window", "softcap-scale"],
+)
+def test_gradcheck(seqlens, options):
+    """torch.autograd.gradcheck of the CPU path against finite differences.
+
+    The CPU path takes fp32 at most, so fp64 leaves are rounded to fp32 at the call.
+    With that rounding, finite differences over eps=1e-3 are good to about 1e-4, hence
+    tolerances of 1e-3 instead of gradcheck's fp64 defaults; a gradient 1 % off still
+    fails."""
+    gen = torch.Generator().manual_seed(12)
+    shapes = [(1, seqlens[0], 2, 8), (1, seqlens[1], 1, 8), (1, seqlens[1], 1, 8)]  # MQA 2:1
+    leaves = [torch.randn(s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes]
+
+    def attention(q, k, v):
+        return fa3.flash_attn_func(q.float(), k.float(), v.float(), **options).double()
+
+    assert torch.autograd.gradcheck(attention, leaves, eps=1e-3, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_autograd_passes_deterministic_to_the_extension(monkeypatch, deterministic):
+    calls = []
+    backward = fa3._C.backward
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return backward(*args, **kwargs)
+
+    monkeypatch.setattr(fa3._C, "backward", recording)
+    q, k, v = (t.requires_grad_() for t in make_qkv(1, 9, 9, 4, 2, 64, torch.bfloat16))
+    fa3.flash_attn_func(q, k, v, deterministic=deterministic).float().sum().backward()
+    qkv = torch.randn(1, 9, 3, 4, 64, dtype=torch.bfloat16, requires_grad=True)
+    fa3.flash_attn_qkvpacked_func(qkv, deterministic=deterministic).float().sum().backward()
+    assert [call["deterministic"] for call in calls] == [deterministic, deterministic]
+    # The CPU path takes no workspace.
+    assert all(call["workspace"] is None for call in calls)
 
 
 def test_lse_is_not_differentiable():

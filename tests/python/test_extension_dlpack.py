@@ -131,6 +131,23 @@ def test_backward_float32():
         assert np.abs(got - want).max() < 1e-4
 
 
+def test_backward_workspace_on_host():
+    """Host arrays run the CPU path, which needs no workspace: the size query answers 0
+    and a workspace given anyway changes nothing."""
+    q, k, v = random_qkv(9, 12, seed=6)
+    dout = np.random.default_rng(7).standard_normal(q.shape).astype(np.float32)
+    out = np.empty_like(q)
+    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), np.float32)
+    _C.forward(q, k, v, out, lse, causal=True)
+    grads = [np.empty_like(a) for a in (q, k, v)]
+    assert _C.backward_workspace_size(dout, q, k, v, out, lse, *grads, causal=True, deterministic=True) == 0
+    _C.backward(dout, q, k, v, out, lse, *grads, causal=True)
+    again = [np.empty_like(a) for a in (q, k, v)]
+    _C.backward(dout, q, k, v, out, lse, *again, causal=True, workspace=np.zeros(64, np.uint8))
+    for first, second in zip(grads, again):
+        assert np.array_equal(first, second)
+
+
 def test_errors_map_to_exceptions():
     q, k, v = random_qkv(8, 8)
     out = np.empty_like(q)

@@ -1,0 +1,21 @@
+"""Whether this machine can run fa3's GPU kernels, for the tests that need them."""
+
+import torch
+
+import fa3
+
+_BUILD = fa3.build_info()
+_DTYPE_NAMES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+BUILT_DTYPES = [_DTYPE_NAMES[name] for name in _BUILD["dtypes"]]
+BUILT_HEAD_DIMS = _BUILD["head_dims"]
+
+
+def gpu_skip_reason():
+    """None when CUDA tensors can run fa3's kernels here, else why not."""
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return f"{torch.cuda.get_device_name()} is not a Hopper GPU (compute capability 9.0)"
+    if not _BUILD["gpu_kernels"]:
+        return "fa3 was built without GPU kernels"
+    return None
