@@ -1,22 +1,39 @@
 """Attention throughput: fa3 against PyTorch's SDPA backends, in one process.
 
 The sweep is the FlashAttention-3 paper's (docs ANCHORS.md): batch x seqlen = 16384
-tokens, hidden size 2048, nheads = 2048 / hdim, hdim 64/128/256, causal and not,
-seqlen 512 .. 16384. For every point it first checks fa3's output against cuDNN's
-(or an fp32 reference where cuDNN cannot run), then times each implementation:
-median of triton.testing.do_bench, or of CUDA-event timings without triton.
+tokens, hidden size 2048, nheads = 2048 // hdim (21 heads at hdim 96, 10 at 192),
+causal and not, seqlen 512 .. 16384; head dims 64/128/256 for the forward and
+64/96/128/192/256 for the backward. For every point it first checks fa3's result
+against cuDNN's (or an fp32 reference where cuDNN cannot run), then times each
+implementation: median of triton.testing.do_bench, or of CUDA-event timings without
+triton; L2 is flushed before each timed call.
 
     python bench/bench_attention.py                       # the full forward sweep
+    python bench/bench_attention.py --passes bwd          # the backward sweep
+    python bench/bench_attention.py --passes bwd --deterministic   # adds fa3's deterministic backward
     python bench/bench_attention.py --quick               # a few points, for a smoke test
     python bench/bench_attention.py --hdims 128 --seqlens 1024 8192 --causal yes
+
+Backward: the forward runs once, untimed, with the graph retained; what is timed is
+torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) alone, for fa3 and for
+the SDPA backends alike (not time(fwd+bwd) - time(fwd)). It includes each backend's
+whole backward (preprocessing, dQ conversion, any copies it makes) and returns the
+gradients without accumulating them into .grad. fa3's dq, dk and dv are checked
+against cuDNN's (or fp32 ones) with the forward's bound on each; the deterministic
+variant must also give bitwise-equal gradients twice. Each backward record carries
+bwd_extra_bytes: the peak memory the backward call allocated through torch (the
+max_memory_allocated delta) less the three gradients it returns, i.e. its
+workspace; memory a library allocates outside torch's allocator is not seen.
 
 FLOPs: forward 4 * batch * nheads * seqlen^2 * hdim, halved when causal; backward
 2.5x forward. Peers: SDPA with one backend forced (cuDNN = CUDNN_ATTENTION,
 fa2 = FLASH_ATTENTION, efficient = EFFICIENT_ATTENTION); one that cannot run a
-point is recorded as unavailable with its reason. Writes
-<out-dir>/<YYYY-MM-DD>-<gpu>.json (a list of records: impl, pass, dtype, hdim,
-causal, seqlen, batch, nheads, tflops, gpu) and PNG plots beside it. Needs a CUDA
-GPU, torch and fa3; triton, tqdm and matplotlib are used when present. No network.
+point is recorded as unavailable with its reason. Writes <out-dir>/<YYYY-MM-DD>-<gpu>
+[-quick][-bwd | -fwd-bwd].json (no pass suffix for forward-only runs; a list of
+records: impl, pass, dtype, hdim, causal, seqlen, batch, nheads, tflops, gpu) and a
+PNG per pass and dtype, <YYYY-MM-DD>-<gpu>[-quick]-<pass>-<dtype>.png, beside it.
+Needs a CUDA GPU, torch and fa3; triton, tqdm and matplotlib are used when present.
+No network.
 """
 
 import argparse
@@ -38,14 +55,17 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 TOKENS = 16384
 HIDDEN = 2048
-HDIMS = [64, 128, 256]
+PASSES = ("fwd", "bwd")
+# The anchors' head dims for the forward; the backward adds 96 and 192, which fa3's
+# backward serves and FlashAttention-3's published figures leave out.
+HDIMS = {"fwd": [64, 128, 256], "bwd": [64, 96, 128, 192, 256]}
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 QUICK_HDIMS = [128]
 QUICK_SEQLENS = [1024, 4096]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-PASSES = ("fwd", "bwd")
-# Largest relative error (Frobenius) of fa3's output against the reference that
-# still counts as correct: both are rounded to 16 bits (about 2e-3 apart).
+# Largest relative error (Frobenius) of fa3's output, or of each of its gradients,
+# against the reference that still counts as correct: both are rounded to 16 bits
+# (about 2e-3 apart for the output, 2e-3 to 4e-3 for dq, dk and dv).
 MAX_REL_ERR = 1e-2
 
 
@@ -53,11 +73,18 @@ class Unavailable(Exception):
     """An implementation cannot run a point (unsupported shape, missing kernel)."""
 
 
+class WrongResult(Exception):
+    """An fa3 variant ran but failed its check; it is not timed."""
+
+
 # ---- implementations: each maps (q, k, v, causal) in (batch, seqlen, nheads, hdim) to out ----
 
 
-def run_fa3(q, k, v, causal):
-    return fa3.flash_attn_func(q, k, v, causal=causal)
+def fa3_impl(deterministic):
+    def run(q, k, v, causal):
+        return fa3.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+
+    return run
 
 
 def sdpa(backend):
@@ -74,36 +101,51 @@ def sdpa(backend):
 
 
 IMPLS = {
-    "fa3": run_fa3,
+    "fa3": fa3_impl(deterministic=False),
+    # Backward only (--deterministic): its forward is fa3's.
+    "fa3-deterministic": fa3_impl(deterministic=True),
     "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
     "fa2": sdpa(SDPBackend.FLASH_ATTENTION),
     "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
 }
+DEFAULT_IMPLS = ["fa3", "cudnn", "fa2", "efficient"]
 
 
-def attempt(impl, q, k, v, causal):
-    """Runs `impl` once; converts 'cannot run this' into Unavailable."""
+def guarded(fn):
+    """Runs fn() once and waits for it; converts 'cannot run this' into Unavailable."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SDPA warns at length about why a backend declined
-            out = IMPLS[impl](q, k, v, causal)
+            result = fn()
             torch.cuda.synchronize()
-            return out
+            return result
     except (RuntimeError, NotImplementedError, ValueError) as e:
         raise Unavailable(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+def attempt(impl, q, k, v, causal):
+    """Runs `impl`'s forward once; converts 'cannot run this' into Unavailable."""
+    return guarded(lambda: IMPLS[impl](q, k, v, causal))
+
+
+def backward_fn(impl, q, k, v, causal, dout):
+    """Runs `impl`'s forward once with a retained graph; returns a function that runs
+    its backward alone and returns (dq, dk, dv)."""
+    inputs = tuple(t.detach().requires_grad_() for t in (q, k, v))
+    out = attempt(impl, *inputs, causal)
+    return lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)
 
 
 # ---- timing ----
 
 
-def median_ms(fn, rep_ms, grad_to_none=()):
-    """Median time of fn() in milliseconds; the tensors in grad_to_none lose their
-    .grad before each call, so that a backward pass allocates instead of accumulating."""
+def median_ms(fn, rep_ms):
+    """Median time of fn() in milliseconds."""
     try:
         from triton.testing import do_bench
     except ImportError:
-        return _median_ms_cuda_events(fn, rep_ms, grad_to_none)
-    options = {"warmup": max(rep_ms // 4, 10), "rep": rep_ms, "grad_to_none": list(grad_to_none) or None}
+        return _median_ms_cuda_events(fn, rep_ms)
+    options = {"warmup": max(rep_ms // 4, 10), "rep": rep_ms}
     try:
         return do_bench(fn, return_mode="median", **options)
     except TypeError:  # triton releases before return_mode
@@ -115,7 +157,7 @@ def _l2_flush_buffer():
     return torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
 
 
-def _median_ms_cuda_events(fn, rep_ms, grad_to_none):
+def _median_ms_cuda_events(fn, rep_ms):
     """What do_bench does, with CUDA events: L2 flushed before each timed call."""
     flush = _l2_flush_buffer()
     fn()
@@ -129,8 +171,6 @@ def _median_ms_cuda_events(fn, rep_ms, grad_to_none):
     iters = max(10, min(1000, int(rep_ms / max(start.elapsed_time(end) / 5, 1e-3))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for begin, finish in events:
-        for t in grad_to_none:
-            t.grad = None
         flush.zero_()
         begin.record()
         fn()
@@ -145,47 +185,110 @@ def flops(pass_, batch, nheads, seqlen, hdim, causal):
     return forward * (2.5 if pass_ == "bwd" else 1.0)
 
 
-def time_point(impl, pass_, q, k, v, causal, rep_ms):
-    """Milliseconds for one pass of `impl`; the backward is timed alone, on a retained graph."""
+def extra_memory_bytes(backward):
+    """Peak bytes one call of `backward` allocates through torch beyond the gradients it
+    returns. Measured on a call after the first, so that one-time setup is left out."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    grads = backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    return peak - before - sum(g.numel() * g.element_size() for g in grads)
+
+
+def time_point(impl, pass_, q, k, v, causal, dout, rep_ms):
+    """(milliseconds for one pass of `impl`, extra fields for its record)."""
     if pass_ == "fwd":
-        return median_ms(lambda: IMPLS[impl](q, k, v, causal), rep_ms)
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    out = attempt(impl, q, k, v, causal)
-    dout = torch.randn_like(out)
-    try:
-        out.backward(dout, retain_graph=True)
-    except (RuntimeError, NotImplementedError) as e:
-        raise Unavailable(f"{type(e).__name__}: {str(e).splitlines()[0]}") from None
-    return median_ms(lambda: out.backward(dout, retain_graph=True), rep_ms, grad_to_none=(q, k, v))
+        attempt(impl, q, k, v, causal)
+        return median_ms(lambda: IMPLS[impl](q, k, v, causal), rep_ms), {}
+    backward = backward_fn(impl, q, k, v, causal, dout)
+    guarded(backward)  # a backend may accept the forward and refuse the backward
+    extra = {"bwd_extra_bytes": extra_memory_bytes(backward)}
+    return median_ms(backward, rep_ms), extra
 
 
 # ---- correctness check ----
 
 
+def _head_chunks(q, elements_per_step):
+    """(batch index, first head, end head) covering q's heads, a few at a time so that
+    the fp32 score matrices of one step hold about elements_per_step elements."""
+    seqlen, nheads = q.shape[1], q.shape[2]
+    heads_per_step = max(1, elements_per_step // (seqlen * seqlen))
+    for b in range(q.shape[0]):
+        for h0 in range(0, nheads, heads_per_step):
+            yield b, h0, min(h0 + heads_per_step, nheads)
+
+
 def fp32_reference(q, k, v, causal):
     """fp32 attention, computed a few heads at a time to bound the score matrix's memory."""
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    seqlen = q.shape[1]
-    heads_per_step = max(1, (2**30) // (seqlen * seqlen))
-    for b in range(q.shape[0]):
-        for h0 in range(0, q.shape[2], heads_per_step):
-            h1 = min(h0 + heads_per_step, q.shape[2])
-            qs, ks, vs = (t[b, :, h0:h1].float().transpose(0, 1) for t in (q, k, v))
-            with sdpa_kernel(SDPBackend.MATH):
-                out[b, :, h0:h1] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal).transpose(0, 1)
+    for b, h0, h1 in _head_chunks(q, 2**30):
+        qs, ks, vs = (t[b, :, h0:h1].float().transpose(0, 1) for t in (q, k, v))
+        with sdpa_kernel(SDPBackend.MATH):
+            out[b, :, h0:h1] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal).transpose(0, 1)
     return out
 
 
-def check_fa3(q, k, v, causal):
-    """(relative error, reference name) of fa3's output; raises Unavailable if fa3 cannot run."""
-    out = attempt("fa3", q, k, v, causal).float()
+def fp32_reference_grads(q, k, v, causal, dout):
+    """(dq, dk, dv) of fp32 attention, a few heads at a time; the math backend keeps
+    several score-sized tensors for its backward, hence the smaller steps."""
+    grads = tuple(torch.empty(t.shape, dtype=torch.float32, device=t.device) for t in (q, k, v))
+    for b, h0, h1 in _head_chunks(q, 2**28):
+        # Leaves in (seqlen, heads, hdim), so that the gradients come back in that layout.
+        leaves = tuple(t[b, :, h0:h1].float().requires_grad_() for t in (q, k, v))
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(*(t.transpose(0, 1) for t in leaves), is_causal=causal)
+        chunk_grads = torch.autograd.grad(out.transpose(0, 1), leaves, dout[b, :, h0:h1].float())
+        for whole, part in zip(grads, chunk_grads):
+            whole[b, :, h0:h1] = part
+    return grads
+
+
+def results(impl, pass_, q, k, v, causal, dout):
+    """What the check compares: (out,) for the forward, (dq, dk, dv) for the backward."""
+    if pass_ == "fwd":
+        return (attempt(impl, q, k, v, causal),)
+    return guarded(backward_fn(impl, q, k, v, causal, dout))
+
+
+def reference(pass_, q, k, v, causal, dout):
+    """(cuDNN's results in fp32, "cudnn"), or fp32 attention's where cuDNN cannot run."""
     try:
-        ref, ref_name = attempt("cudnn", q, k, v, causal).float(), "cudnn"
+        return tuple(t.float() for t in results("cudnn", pass_, q, k, v, causal, dout)), "cudnn"
     except Unavailable:
-        ref, ref_name = fp32_reference(q, k, v, causal), "fp32"
-    if not torch.isfinite(out).all():
-        return math.inf, ref_name
-    return ((out - ref).norm() / ref.norm()).item(), ref_name
+        if pass_ == "fwd":
+            return (fp32_reference(q, k, v, causal),), "fp32"
+        return fp32_reference_grads(q, k, v, causal, dout), "fp32"
+
+
+def relative_error(x, ref):
+    x = x.float()
+    if not torch.isfinite(x).all():
+        return math.inf
+    return ((x - ref).norm() / ref.norm()).item()
+
+
+def check(impl, pass_, q, k, v, causal, dout, get_reference):
+    """Fields for an fa3 variant's records: rel_err (the largest of its outputs'),
+    reference, and for the backward rel_errs per gradient. Raises Unavailable if it
+    cannot run, WrongResult if a result is out of bounds."""
+    mine = results(impl, pass_, q, k, v, causal, dout)
+    ref, ref_name = get_reference()
+    names = ("out",) if pass_ == "fwd" else ("dq", "dk", "dv")
+    errors = {name: relative_error(x, r) for name, x, r in zip(names, mine, ref)}
+    fields = {"rel_err": max(errors.values()), "reference": ref_name}
+    if pass_ == "bwd":
+        fields["rel_errs"] = errors
+    if not fields["rel_err"] <= MAX_REL_ERR:
+        detail = ", ".join(f"{name} {e:.2e}" for name, e in errors.items()) if pass_ == "bwd" else ""
+        raise WrongResult(f"wrong result: relative error {fields['rel_err']:.2e} against {ref_name} {detail}".rstrip())
+    if impl == "fa3-deterministic":
+        again = results(impl, pass_, q, k, v, causal, dout)
+        if not all(torch.equal(a, b) for a, b in zip(mine, again)):
+            raise WrongResult("not deterministic: two backward passes gave different gradients")
+    return fields
 
 
 # ---- the sweep ----
@@ -207,12 +310,16 @@ def progress(items):
     yield from tqdm(items, unit="point")
 
 
+def impls_for(pass_, args):
+    return args.impls + (["fa3-deterministic"] if pass_ == "bwd" and args.deterministic else [])
+
+
 def run_sweep(args, gpu):
     points = [
         (pass_, dtype, hdim, causal, seqlen)
         for pass_ in args.passes
         for dtype in args.dtypes
-        for hdim in args.hdims
+        for hdim in args.hdims[pass_]
         for causal in args.causal
         for seqlen in args.seqlens
     ]
@@ -220,9 +327,9 @@ def run_sweep(args, gpu):
     for pass_, dtype, hdim, causal, seqlen in progress(points):
         batch, nheads = max(1, TOKENS // seqlen), HIDDEN // hdim
         gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (
+        q, k, v, dout = (
             torch.randn(batch, seqlen, nheads, hdim, generator=gen, device="cuda", dtype=DTYPES[dtype])
-            for _ in range(3)
+            for _ in range(4)
         )
         base = {
             "pass": pass_,
@@ -234,63 +341,86 @@ def run_sweep(args, gpu):
             "nheads": nheads,
             "gpu": gpu,
         }
-        fa3_error = None
-        if "fa3" in args.impls:
-            try:
-                rel_err, ref_name = check_fa3(q, k, v, causal)
-                if not rel_err <= MAX_REL_ERR:
-                    fa3_error = f"wrong result: relative error {rel_err:.2e} against {ref_name}"
-            except Unavailable as e:
-                fa3_error = str(e)
-        for impl in args.impls:
+        # Computed on the first check that needs it, then shared by the fa3 variants.
+        get_reference = functools.cache(functools.partial(reference, pass_, q, k, v, causal, dout))
+        for impl in impls_for(pass_, args):
             record = dict(base, impl=impl, tflops=None)
-            if impl == "fa3" and fa3_error:
-                record["error"] = fa3_error
-            else:
-                try:
-                    attempt(impl, q, k, v, causal)
-                    ms = time_point(impl, pass_, q, k, v, causal, args.rep_ms)
-                    record["tflops"] = flops(pass_, batch, nheads, seqlen, hdim, causal) / (ms * 1e-3) / 1e12
-                    if impl == "fa3":
-                        record["rel_err"], record["reference"] = rel_err, ref_name
-                except Unavailable as e:
-                    record["error"] = str(e)
+            try:
+                checked = check(impl, pass_, q, k, v, causal, dout, get_reference) if impl.startswith("fa3") else {}
+                ms, extra = time_point(impl, pass_, q, k, v, causal, dout, args.rep_ms)
+                record["tflops"] = flops(pass_, batch, nheads, seqlen, hdim, causal) / (ms * 1e-3) / 1e12
+                record.update(checked, **extra)
+            except (Unavailable, WrongResult) as e:
+                record["error"] = str(e)
             records.append(record)
-        del q, k, v
+        del q, k, v, dout, get_reference
         torch.cuda.empty_cache()
     return records
 
 
-def print_table(records, impls):
-    peers = [i for i in impls if i != "fa3"]
-    header = ["pass", "dtype", "hdim", "causal", "seqlen", "batch x heads"] + impls
-    if "fa3" in impls and peers:
-        header.append("fa3 / best peer")
+def _rows(records):
+    """{(pass, dtype, hdim, causal, seqlen): {impl: record}}, in sweep order."""
+    rows = {}
+    for r in sorted(records, key=lambda r: (PASSES.index(r["pass"]), r["dtype"], r["hdim"], r["causal"], r["seqlen"])):
+        rows.setdefault((r["pass"], r["dtype"], r["hdim"], r["causal"], r["seqlen"]), {})[r["impl"]] = r
+    return rows
+
+
+def _point_cells(key, row):
+    any_record = next(iter(row.values()))
+    return [
+        key[1],
+        str(key[2]),
+        "yes" if key[3] else "no",
+        str(key[4]),
+        f"{any_record['batch']}x{any_record['nheads']}",
+    ]
+
+
+def _print_markdown(header, lines):
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---:" for _ in header) + "|")
-    keys = sorted(
-        {(r["pass"], r["dtype"], r["hdim"], r["causal"], r["seqlen"]) for r in records},
-        key=lambda key: (PASSES.index(key[0]), *key[1:]),
-    )
-    for key in keys:
-        row = {r["impl"]: r for r in records if (r["pass"], r["dtype"], r["hdim"], r["causal"], r["seqlen"]) == key}
-        any_record = next(iter(row.values()))
-        cells = [
-            key[0],
-            key[1],
-            str(key[2]),
-            "yes" if key[3] else "no",
-            str(key[4]),
-            f"{any_record['batch']}x{any_record['nheads']}",
-        ]
-        for impl in impls:
-            tflops = row.get(impl, {}).get("tflops")
-            cells.append(f"{tflops:.0f}" if tflops is not None else "n/a")
-        if "fa3" in impls and peers:
-            best = max((row[p]["tflops"] for p in peers if row.get(p, {}).get("tflops") is not None), default=None)
-            mine = row.get("fa3", {}).get("tflops")
-            cells.append(f"{mine / best:.2f}" if mine is not None and best else "n/a")
+    for cells in lines:
         print("| " + " | ".join(cells) + " |")
+
+
+def print_table(records):
+    """A TFLOP/s table per pass, with each fa3 variant's ratio to the best peer; for the
+    backward also its extra memory in MiB."""
+    rows = _rows(records)
+    for pass_ in PASSES:
+        keys = [key for key in rows if key[0] == pass_]
+        impls = [i for i in list(IMPLS) if any(i in rows[key] for key in keys)]
+        if not keys:
+            continue
+        mine = [i for i in impls if i.startswith("fa3")]
+        peers = [i for i in impls if not i.startswith("fa3")]
+        ratios = mine if peers else []
+        lines = []
+        for key in keys:
+            row = rows[key]
+            tflops = {impl: row[impl].get("tflops") if impl in row else None for impl in impls}
+            best = max((tflops[p] for p in peers if tflops[p] is not None), default=None)
+            cells = _point_cells(key, row) + [f"{tflops[i]:.0f}" if tflops[i] is not None else "n/a" for i in impls]
+            cells += [f"{tflops[i] / best:.2f}" if tflops[i] is not None and best else "n/a" for i in ratios]
+            lines.append(cells)
+        print(f"\n{pass_} TFLOP/s")
+        header = ["dtype", "hdim", "causal", "seqlen", "batch x heads"] + impls + [f"{i} / best peer" for i in ratios]
+        _print_markdown(header, lines)
+        if pass_ == "bwd":
+            print("\nbwd extra memory (MiB) beyond q, k, v, out, dout and the gradients")
+            lines = []
+            for key in keys:
+                row = rows[key]
+                extra = [row.get(impl, {}).get("bwd_extra_bytes") for impl in impls]
+                r = next(iter(row.values()))
+                qkv = 3 * r["batch"] * r["seqlen"] * r["nheads"] * r["hdim"] * DTYPES[r["dtype"]].itemsize
+                lines.append(
+                    _point_cells(key, row)
+                    + [f"{qkv / 2**20:.0f}"]
+                    + [f"{e / 2**20:.0f}" if e is not None else "n/a" for e in extra]
+                )
+            _print_markdown(["dtype", "hdim", "causal", "seqlen", "batch x heads", "q+k+v"] + impls, lines)
     for r in records:
         if r.get("error"):
             print(
@@ -301,7 +431,9 @@ def print_table(records, impls):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hdims", type=int, nargs="+", help=f"head dims (default {HDIMS})")
+    parser.add_argument(
+        "--hdims", type=int, nargs="+", help=f"head dims (default {HDIMS['fwd']} forward, {HDIMS['bwd']} backward)"
+    )
     parser.add_argument("--seqlens", type=int, nargs="+", help=f"sequence lengths (default {SEQLENS})")
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument(
@@ -309,28 +441,43 @@ def parse_args(argv=None):
         nargs="+",
         choices=PASSES,
         default=["fwd"],
-        help="fwd (default) and/or bwd (timed alone on a retained graph)",
+        help="fwd (default) and/or bwd (the backward alone, on a retained graph)",
     )
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16"])
-    parser.add_argument("--impls", nargs="+", choices=list(IMPLS), default=list(IMPLS))
+    parser.add_argument("--impls", nargs="+", choices=DEFAULT_IMPLS, default=DEFAULT_IMPLS)
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="also time fa3's deterministic backward (records with impl fa3-deterministic)",
+    )
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--rep-ms", type=int, default=200, help="timing budget per measurement (ms)")
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"hdims {QUICK_HDIMS}, seqlens {QUICK_SEQLENS}, shorter timings; file name ends -quick",
+        help=f"hdims {QUICK_HDIMS}, seqlens {QUICK_SEQLENS}, shorter timings; file names get -quick",
     )
     parser.add_argument("--no-plot", action="store_true", help="write the JSON file only")
     args = parser.parse_args(argv)
-    args.hdims = args.hdims or (QUICK_HDIMS if args.quick else HDIMS)
+    for hdim in args.hdims or []:
+        if not 1 <= hdim <= HIDDEN:
+            parser.error(f"--hdims: {hdim} is not in 1..{HIDDEN} (the hidden size)")
+    args.hdims = {p: args.hdims or (QUICK_HDIMS if args.quick else HDIMS[p]) for p in PASSES}
     args.seqlens = args.seqlens or (QUICK_SEQLENS if args.quick else SEQLENS)
     args.causal = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    args.passes = [p for p in PASSES if p in args.passes]
+    if args.deterministic and "bwd" not in args.passes:
+        parser.error("--deterministic: applies to the backward; add --passes bwd")
     if args.quick:
         args.rep_ms = min(args.rep_ms, 50)
-    for hdim in args.hdims:
-        if HIDDEN % hdim:
-            parser.error(f"--hdims: {hdim} does not divide the hidden size {HIDDEN}")
     return args
+
+
+def output_stems(args, gpu):
+    """(JSON file stem, PNG stem): the JSON's names the passes unless forward only; the
+    PNGs' names carry their pass already (plot.plot_records)."""
+    plots = f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}" + ("-quick" if args.quick else "")
+    return plots + ("" if args.passes == ["fwd"] else "-" + "-".join(args.passes)), plots
 
 
 def main(argv=None):
@@ -344,11 +491,11 @@ def main(argv=None):
         file=sys.stderr,
     )
     records = run_sweep(args, gpu)
-    print_table(records, args.impls)
+    print_table(records)
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}" + ("-quick" if args.quick else "")
-    json_path = args.out_dir / f"{stem}.json"
+    json_stem, plot_stem = output_stems(args, gpu)
+    json_path = args.out_dir / f"{json_stem}.json"
     json_path.write_text(json.dumps(records, indent=1) + "\n")
     print(f"wrote {json_path}")
     if not args.no_plot:
@@ -357,7 +504,7 @@ def main(argv=None):
         except ImportError as e:
             print(f"no plots ({e}); re-plot later with bench/plot.py {json_path}")
         else:
-            for path in plot_records(records, args.out_dir / stem):
+            for path in plot_records(records, args.out_dir / plot_stem):
                 print(f"wrote {path}")
 
 

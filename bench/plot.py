@@ -5,12 +5,14 @@ sequence length and one colour per implementation, TFLOP/s written on the bars.
 
     python bench/plot.py bench/results/2026-12-01-nvidia-h200.json [--out-dir DIR]
 
-writes the PNGs beside the JSON file (or into DIR). bench_attention.py calls
-plot_records() after each run.
+writes the PNGs beside the JSON file (or into DIR), named as bench_attention.py
+names them: <date>-<gpu>[-quick]-<pass>-<dtype>.png, whatever passes the JSON
+file's name lists. bench_attention.py calls plot_records() after each run.
 """
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 # Fixed colours and order so that every figure reads the same.
 IMPL_STYLE = {
     "fa3": ("fa3", "#c0392b"),
+    "fa3-deterministic": ("fa3 deterministic", "#e59866"),
     "cudnn": ("cuDNN (SDPA)", "#2e86c1"),
     "fa2": ("FlashAttention-2 (SDPA)", "#27ae60"),
     "efficient": ("memory-efficient (SDPA)", "#8e7cc3"),
@@ -98,7 +101,9 @@ def main():
     records = json.loads(args.json_file.read_text())
     out_dir = args.out_dir or args.json_file.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    for path in plot_records(records, out_dir / args.json_file.stem):
+    # The JSON name's pass suffix (-bwd, -fwd-bwd) is dropped: each PNG names its pass.
+    stem = re.sub(r"(-(fwd|bwd))+$", "", args.json_file.stem)
+    for path in plot_records(records, out_dir / stem):
         print(path)
 
 
