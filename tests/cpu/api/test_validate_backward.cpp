@@ -272,7 +272,10 @@ ArgsShape buildable_shape() {
   ArgsShape s;
   const std::vector<DType> dtypes = hopper::bwd_dtypes();
   const std::vector<int> dims = hopper::bwd_head_dims();
-  if (!dtypes.empty()) s.dtype = dtypes.front();
+  // bf16 where built: the dtype-mismatch cases break the arguments by switching to fp16.
+  if (!dtypes.empty() && std::find(dtypes.begin(), dtypes.end(), DType::kBFloat16) == dtypes.end()) {
+    s.dtype = dtypes.front();
+  }
   if (!dims.empty()) s.head_dim = std::find(dims.begin(), dims.end(), 128) != dims.end() ? 128 : dims.front();
   return s;
 }
