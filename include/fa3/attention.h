@@ -10,6 +10,17 @@
 // a negative window side meaning "unbounded"; causal is window_right = 0, i.e. the mask is
 // aligned to the bottom-right corner when seqlen_q != seqlen_k. A query row that sees no
 // key gets output 0 and lse -inf.
+//
+// Attention sinks (optional, gpt-oss style): one fp32 logit sink_h per query head that
+// joins every row's softmax denominator without a value, as given (neither scaled nor
+// capped). For row i of head h, with s_ij its scores (scaled, softcapped, masked):
+//   L_i = log(exp(sink_h) + sum_j exp(s_ij)),   P_ij = exp(s_ij - L_i),   out_i = sum_j P_ij v_j,
+// so a row's probabilities sum to less than 1, and the lse returned (and read back by
+// the backward) is L_i: it includes the sink. A row that sees no key gets output 0 and
+// lse = sink_h (only the sink remains), and its dq is 0. A sink of -inf is no sink.
+// The backward's gradient of the sinks, with D_i = rowsum(dout_i * out_i), is
+//   dsinks_h = -sum over the rows i of head h, in every batch, of exp(sink_h - L_i) * D_i.
+// fa3::cpu implements sinks; the GPU entry points refuse them (kNotSupported) for now.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -34,8 +45,9 @@ struct ForwardArgs {
   TensorView q;
   TensorView k;
   TensorView v;
-  TensorView out;  // written; same dtype as q
-  TensorView lse;  // optional (data == nullptr to skip); written
+  TensorView out;    // written; same dtype as q
+  TensorView lse;    // optional (data == nullptr to skip); written
+  TensorView sinks;  // optional (data == nullptr: none); fp32 (nheads_q), any stride; read
   AttentionOptions options;
 };
 
@@ -43,12 +55,14 @@ struct BackwardArgs {
   TensorView q;
   TensorView k;
   TensorView v;
-  TensorView out;   // the forward's output
-  TensorView dout;  // gradient of the loss with respect to out
-  TensorView lse;   // the forward's lse
-  TensorView dq;    // written; same dtype and shape as q
-  TensorView dk;    // written; same dtype and shape as k
-  TensorView dv;    // written; same dtype and shape as v
+  TensorView out;     // the forward's output
+  TensorView dout;    // gradient of the loss with respect to out
+  TensorView lse;     // the forward's lse
+  TensorView dq;      // written; same dtype and shape as q
+  TensorView dk;      // written; same dtype and shape as k
+  TensorView dv;      // written; same dtype and shape as v
+  TensorView sinks;   // optional (data == nullptr: none): the forward's sinks
+  TensorView dsinks;  // optional, only with sinks; written: fp32 (nheads_q), any stride
   AttentionOptions options;
   // Fixes the order in which partial gradients are summed, so that repeated calls give
   // bitwise identical dq (and, with GQA/MQA, dk and dv). Costs some speed.
@@ -69,8 +83,8 @@ struct BackwardArgs {
 Status forward(const ForwardArgs& args, cudaStream_t stream);
 
 // Backward pass on the current CUDA device (a Hopper GPU), enqueued on `stream`: writes
-// dq, dk and dv. args.out and args.lse are the forward pass's. On any rejection no
-// output is touched and nothing is enqueued.
+// dq, dk and dv (and dsinks when given). args.out and args.lse are the forward pass's.
+// On any rejection no output is touched and nothing is enqueued.
 Status backward(const BackwardArgs& args, cudaStream_t stream);
 
 // The workspace fa3::backward needs for `args`, in bytes. Validates `args` as backward()

@@ -3,7 +3,7 @@
 // forward() runs a tiled, multi-threaded online-softmax implementation (fp32
 // accumulation), the path the `fa3` program uses when no GPU is present.
 // backward() runs the exact reference (fp64 accumulation); it is slow and meant for
-// checking results, not for training.
+// checking results, not for training. Both take attention sinks (fa3/attention.h).
 #pragma once
 
 #include "fa3/attention.h"

@@ -8,3 +8,4 @@
 #include "fa3/kernels.h"
 #include "fa3/status.h"
 #include "fa3/tensor.h"
+#include "fa3/tune.h"

@@ -4,7 +4,9 @@ With PyTorch installed, fa3 offers FlashAttention-3's Python interface
 (flash_attn_func and friends, see fa3.interface), so that
 ``import fa3 as flash_attn_interface`` stands in for it. build_info() and
 device_info() need no PyTorch; neither does the extension fa3._C, which takes any
-DLPack tensor.
+DLPack tensor. fa3.tune() times the forward kernels on a problem and keeps the fastest
+in a tuning cache, which the forward pass uses when autotuning is on (FA3_AUTOTUNE=1 or
+fa3.set_autotune(True)).
 """
 
 import importlib.util
@@ -16,12 +18,18 @@ if _HAS_TORCH:
     import torch  # noqa: F401
 
 from ._info import build_info, device_info
+from .tune import autotune_enabled, set_autotune, tune, tune_cache_entries, tune_cache_path
 
 __version__ = build_info()["version"]
 
 __all__ = [
     "build_info",
     "device_info",
+    "tune",
+    "set_autotune",
+    "autotune_enabled",
+    "tune_cache_path",
+    "tune_cache_entries",
     "flash_attn_func",
     "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
@@ -29,7 +37,7 @@ __all__ = [
     "flash_attn_combine",
     "get_scheduler_metadata",
 ]
-_TORCH_API = __all__[2:]
+_TORCH_API = __all__[7:]
 
 if _HAS_TORCH:
     from .interface import (

@@ -60,6 +60,22 @@ def check_qkv(q, k, v):
             )
 
 
+def check_sinks(sinks, q):
+    """sinks: None, or one float32 logit per query head, (nheads,), on q's device.
+
+    Whether its length is q's nheads is the C++ layer's rule, like the other sizes."""
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"sinks: expected a torch.Tensor or None, got {type(sinks).__name__}")
+    if sinks.dim() != 1:
+        raise ValueError(f"sinks: expected a 1-d tensor (nheads,), got shape {tuple(sinks.shape)}")
+    if sinks.dtype != torch.float32:
+        raise ValueError(f"sinks: dtype {sinks.dtype} is not supported; use torch.float32")
+    if sinks.device != q.device:
+        raise ValueError(f"sinks: is on {sinks.device} but q is on {q.device}; sinks must be on q's device")
+
+
 def softmax_scale_arg(softmax_scale):
     """The scale handed to C++, where 0.0 stands for the default 1/sqrt(headdim)."""
     if softmax_scale is None:

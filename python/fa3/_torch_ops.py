@@ -6,7 +6,12 @@ flash_attn_func compiles with fullgraph=True. fa3::fwd's autograd formula calls
 fa3::bwd. Outputs, and the GPU backward's workspace, are allocated here, by torch,
 on the inputs' device; the extension only writes them. Eager calls that need
 nothing the op provides skip its dispatch (forward() below).
+
+The attention sinks (one float32 logit per query head, or None) are an input of both
+ops; fa3::bwd returns their gradient, which autograd hands to the sinks tensor.
 """
+
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -26,10 +31,14 @@ def _forward_outputs(q, v):
     return out, lse
 
 
-def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
-    """Allocates (out, lse) and runs the extension's forward into them."""
+def _detached(t):
     # DLPack refuses to export tensors that require grad; the data is the same.
-    q, k, v = (t.detach() if t.requires_grad else t for t in (q, k, v))
+    return t.detach() if t is not None and t.requires_grad else t
+
+
+def _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap):
+    """Allocates (out, lse) and runs the extension's forward into them."""
+    q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
     out, lse = _forward_outputs(q, v)
     _C.forward(
         q,
@@ -37,6 +46,7 @@ def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, soft
         v,
         out,
         lse,
+        sinks=sinks,
         softmax_scale=softmax_scale,
         causal=causal,
         window_left=window_left,
@@ -60,6 +70,7 @@ def attention_forward(
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    sinks: Optional[Tensor],
     softmax_scale: float,
     causal: bool,
     window_left: int,
@@ -69,11 +80,11 @@ def attention_forward(
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse). softmax_scale 0.0 means 1/sqrt(headdim). `deterministic`
     is the backward pass's setting, carried here so that autograd can see it."""
-    return _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap)
 
 
 @attention_forward.register_fake
-def _attention_forward_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+def _attention_forward_fake(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic):
     return _forward_outputs(q, v)
 
 
@@ -85,17 +96,22 @@ def attention_backward(
     v: Tensor,
     out: Tensor,
     lse: Tensor,
+    sinks: Optional[Tensor],
     softmax_scale: float,
     causal: bool,
     window_left: int,
     window_right: int,
     softcap: float,
     deterministic: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Returns (dq, dk, dv) for the forward call with the same options."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv, dsinks) for the forward call with the same sinks and options;
+    dsinks is empty (0 elements) when sinks is None, since an op cannot return None."""
     dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
+    dsinks = _dsinks_like(q, sinks)
     tensors = (dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dq, dk, dv)
     options = {
+        "sinks": _detached(sinks),
+        "dsinks": dsinks if sinks is not None else None,
         "softmax_scale": softmax_scale,
         "causal": causal,
         "window_left": window_left,
@@ -104,7 +120,13 @@ def attention_backward(
         "deterministic": deterministic,
     }
     _C.backward(*tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
+
+
+def _dsinks_like(q, sinks):
+    if sinks is None:
+        return q.new_empty((0,), dtype=torch.float32)
+    return sinks.new_empty(sinks.shape)
 
 
 def _backward_workspace(tensors, options):
@@ -127,28 +149,28 @@ def _backward_workspace(tensors, options):
 
 @attention_backward.register_fake
 def _attention_backward_fake(
-    dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic
+    dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic
 ):
-    return tuple(t.new_empty(t.shape) for t in (q, k, v))
+    return tuple(t.new_empty(t.shape) for t in (q, k, v)) + (_dsinks_like(q, sinks),)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, *options = inputs
+    q, k, v, sinks, *options = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, sinks, out, lse)
     ctx.options = options
     # As in FlashAttention-3, lse is a by-product: no gradient flows through it.
     ctx.mark_non_differentiable(lse)
 
 
 def _attention_forward_grad(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, sinks, out, lse = ctx.saved_tensors
     # A gradient arriving through a transpose or expand may have any strides;
     # the kernels read headdim contiguously.
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    dq, dk, dv = attention_backward(dout, q, k, v, out, lse, *ctx.options)
-    return (dq, dk, dv) + (None,) * len(ctx.options)
+    dq, dk, dv, dsinks = attention_backward(dout, q, k, v, out, lse, sinks, *ctx.options)
+    return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * len(ctx.options)
 
 
 attention_forward.register_autograd(_attention_forward_grad, setup_context=_setup_context)
@@ -168,7 +190,7 @@ _MODE_PROBES = (
 _FAST_PATH = all(probe is not None for probe in _MODE_PROBES)
 
 
-def _direct_call_allowed(q, k, v):
+def _direct_call_allowed(q, k, v, sinks):
     """Whether flash_attn_func may run the extension directly instead of through the
     fa3::fwd custom op. The op's dispatch costs about 25 us a call in eager mode
     (measured on an H200 machine) and buys autograd, torch.compile tracing and
@@ -176,11 +198,15 @@ def _direct_call_allowed(q, k, v):
     plain CPU or CUDA tensors that needs none of them gets the same result without it."""
     if not _FAST_PATH or torch.compiler.is_compiling():
         return False
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)
+    ):
         return False
     # Exactly torch.Tensor: no subclass (FakeTensor included). flash_attn_func has
-    # checked that q, k and v share a device, CUDA, CPU or meta.
+    # checked that q, k, v and sinks share a device, CUDA, CPU or meta.
     if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
+        return False
+    if sinks is not None and type(sinks) is not torch.Tensor:
         return False
     if q.device.type == "meta":
         return False
@@ -188,9 +214,9 @@ def _direct_call_allowed(q, k, v):
     return not (function_modes() or dispatch_modes() or functorch_stack() is not None or profiling())
 
 
-def forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+def forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic):
     """fa3::fwd's (out, lse): directly when _direct_call_allowed, else through the op.
     The arguments are flash_attn_func's, already checked (_checks)."""
-    if _direct_call_allowed(q, k, v):
-        return _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
-    return attention_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    if _direct_call_allowed(q, k, v, sinks):
+        return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap)
+    return attention_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic)

@@ -4,7 +4,8 @@ The functions here take FlashAttention-3's arguments (hopper/flash_attn_interfac
 with the same names, order, defaults, tensor layout and return values, so that
 code written for it runs with ``import fa3 as flash_attn_interface``. Every one of
 FlashAttention-3's options is accepted by name; one that fa3 does not implement
-yet raises NotImplementedError naming it, and none is ignored.
+yet raises NotImplementedError naming it, and none is ignored. fa3 adds one keyword
+of its own after them, ``sinks`` (attention sinks, as in gpt-oss).
 
 Tensors are (batch, seqlen, nheads, headdim). CUDA tensors run fa3's Hopper
 kernels on the current stream of their device; CPU tensors run fa3's CPU path
@@ -37,6 +38,7 @@ def flash_attn_func(
     deterministic=False,
     sm_margin=0,
     return_attn_probs=False,
+    sinks=None,
 ):
     """Exact attention softmax(q kᵀ · softmax_scale) v, per head.
 
@@ -51,26 +53,36 @@ def flash_attn_func(
     [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right], -1 meaning
     unbounded. softcap > 0: scores become softcap * tanh(scores / softcap).
 
-    Differentiable in q, k and v (softmax_lse carries no gradient); with GQA/MQA,
-    dk and dv sum over each group of query heads. On CUDA tensors the backward pass
-    runs fa3's Hopper kernels, with scratch memory from torch's allocator on the
-    current stream. deterministic=True makes dq, dk and dv bitwise identical from
-    run to run, at some cost in speed; the forward pass always is.
+    sinks: attention sinks (gpt-oss), a float32 tensor (nheads,) on q's device, or
+    None. Head h's sink is a logit that joins each row's softmax denominator as
+    given (not scaled, not capped) but brings no value: row i's weights are
+    exp(s_ij - lse_i) with lse_i = log(exp(sinks[h]) + sum_j exp(s_ij)), and sum to
+    less than 1. A row that sees no key gives 0 and softmax_lse sinks[h].
+
+    Differentiable in q, k, v and sinks (softmax_lse carries no gradient); with
+    GQA/MQA, dk and dv sum over each group of query heads, and sinks.grad[h] is
+    -sum over the rows i of head h (every batch) of exp(sinks[h] - lse_i) * D_i,
+    D_i = rowsum(dout_i * out_i). On CUDA tensors the backward pass runs fa3's
+    Hopper kernels, with scratch memory from torch's allocator on the current
+    stream. deterministic=True makes dq, dk and dv bitwise identical from run to
+    run, at some cost in speed; the forward pass always is.
 
     Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse) when
     return_attn_probs is True, softmax_lse being the natural-log logsumexp of each
-    row of scaled scores, (batch, nheads, seqlen_q) in float32.
+    row of scaled scores (and of the row's sink, with sinks), (batch, nheads,
+    seqlen_q) in float32.
 
     Not supported yet (NotImplementedError): qv, q/k/v_descale, attention_chunk != 0,
     num_splits > 1, pack_gqa=True, sm_margin != 0; on CUDA tensors also a sliding
-    window and softcap, in both passes.
+    window, softcap and sinks, in both passes.
     """
     _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin)
     _checks.check_qkv(q, k, v)
+    _checks.check_sinks(sinks, q)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], k.shape[1])
     out, softmax_lse = _torch_ops.forward(
-        q, k, v, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic)
+        q, k, v, sinks, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic)
     )
     return (out, softmax_lse) if return_attn_probs else out
 
@@ -89,13 +101,14 @@ def flash_attn_qkvpacked_func(
     num_heads_q=None,
     sm_margin=0,
     return_attn_probs=False,
+    sinks=None,
 ):
     """flash_attn_func on q, k, v packed in one tensor.
 
     qkv: (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, nheads_q + 2 *
     nheads_k, headdim) with num_heads_q given (GQA/MQA). q, k and v are taken as
     views, so the gradient lands in one (batch, seqlen, ...) tensor like qkv;
-    deterministic acts as in flash_attn_func.
+    deterministic and sinks ((nheads_q,)) act as in flash_attn_func.
     """
     if not isinstance(qkv, torch.Tensor):
         raise TypeError(f"qkv: expected a torch.Tensor, got {type(qkv).__name__}")
@@ -130,6 +143,7 @@ def flash_attn_qkvpacked_func(
         deterministic=deterministic,
         sm_margin=sm_margin,
         return_attn_probs=return_attn_probs,
+        sinks=sinks,
     )
 
 

@@ -19,46 +19,16 @@
 #include <string>
 #include <utility>
 
+#include "call_status.h"
 #include "dlpack_views.h"
 #include "fa3/fa3.h"
+#include "tune_bindings.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace fa3::python {
 namespace {
-
-void raise_if_error(const Status& status) {
-  if (status.is_ok()) return;
-  switch (status.code()) {
-    case StatusCode::kInvalidArgument:
-      PyErr_SetString(PyExc_ValueError, status.message().c_str());
-      break;
-    case StatusCode::kNotSupported:
-      PyErr_SetString(PyExc_NotImplementedError, status.message().c_str());
-      break;
-    default:
-      PyErr_SetString(PyExc_RuntimeError, status.to_string().c_str());
-  }
-  throw nb::python_error();
-}
-
-// Runs `fn` with CUDA device `device` current, then restores the caller's device,
-// so that a tensor on cuda:1 works whatever device the calling thread had selected.
-template <class Fn>
-Status on_device(int device, Fn&& fn) {
-  int previous = 0;
-  cudaError_t err = cudaGetDevice(&previous);
-  if (err == cudaSuccess && previous != device) err = cudaSetDevice(device);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return {StatusCode::kCudaError,
-            "cannot make CUDA device " + std::to_string(device) + " current: " + cudaGetErrorString(err)};
-  }
-  Status status = fn();
-  if (previous != device) cudaSetDevice(previous);
-  return status;
-}
 
 AttentionOptions make_options(float softmax_scale, bool causal, int window_left, int window_right, float softcap) {
   AttentionOptions o;
@@ -73,8 +43,8 @@ AttentionOptions make_options(float softmax_scale, bool causal, int window_left,
 cudaStream_t as_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
 void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
-             const std::optional<OutArray>& lse, float softmax_scale, bool causal, int window_left, int window_right,
-             float softcap, std::uintptr_t stream, int num_threads) {
+             const std::optional<OutArray>& lse, const std::optional<InArray>& sinks, float softmax_scale, bool causal,
+             int window_left, int window_right, float softcap, std::uintptr_t stream, int num_threads) {
   Placement where;
   ForwardArgs args;
   args.q = to_view("q", q, where);
@@ -82,6 +52,7 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
   args.v = to_view("v", v, where);
   args.out = to_view("out", out, where);
   if (lse) args.lse = to_view("lse", *lse, where);
+  if (sinks) args.sinks = to_view("sinks", *sinks, where);
   args.options = make_options(softmax_scale, causal, window_left, window_right, softcap);
 
   Status status;
@@ -97,12 +68,13 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
 }
 
 // The tensors and options of a backward call; `where` learns their device. The size
-// query writes nothing, so it takes dq, dk and dv read-only (Grad = InArray).
+// query writes nothing, so it takes dq, dk, dv and dsinks read-only (Grad = InArray).
 template <class Grad>
 BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray& k, const InArray& v,
                            const InArray& out, const InArray& lse, const Grad& dq, const Grad& dk, const Grad& dv,
-                           float softmax_scale, bool causal, int window_left, int window_right, float softcap,
-                           bool deterministic, Placement& where) {
+                           const std::optional<InArray>& sinks, const std::optional<Grad>& dsinks, float softmax_scale,
+                           bool causal, int window_left, int window_right, float softcap, bool deterministic,
+                           Placement& where) {
   BackwardArgs args;
   args.q = to_view("q", q, where);
   args.k = to_view("k", k, where);
@@ -113,18 +85,21 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
   args.dq = to_view("dq", dq, where);
   args.dk = to_view("dk", dk, where);
   args.dv = to_view("dv", dv, where);
+  if (sinks) args.sinks = to_view("sinks", *sinks, where);
+  if (dsinks) args.dsinks = to_view("dsinks", *dsinks, where);
   args.options = make_options(softmax_scale, causal, window_left, window_right, softcap);
   args.deterministic = deterministic;
   return args;
 }
 
 void backward(const InArray& dout, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
-              const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv, float softmax_scale,
+              const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
+              const std::optional<InArray>& sinks, const std::optional<OutArray>& dsinks, float softmax_scale,
               bool causal, int window_left, int window_right, float softcap, bool deterministic,
               const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads) {
   Placement where;
-  BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, window_left,
-                                    window_right, softcap, deterministic, where);
+  BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
+                                    window_left, window_right, softcap, deterministic, where);
   // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
   if (workspace && where.on_cuda()) {
     const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
@@ -146,11 +121,12 @@ void backward(const InArray& dout, const InArray& q, const InArray& k, const InA
 
 std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const InArray& k, const InArray& v,
                                     const InArray& out, const InArray& lse, const InArray& dq, const InArray& dk,
-                                    const InArray& dv, float softmax_scale, bool causal, int window_left,
-                                    int window_right, float softcap, bool deterministic) {
+                                    const InArray& dv, const std::optional<InArray>& sinks,
+                                    const std::optional<InArray>& dsinks, float softmax_scale, bool causal,
+                                    int window_left, int window_right, float softcap, bool deterministic) {
   Placement where;
-  const BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, window_left,
-                                          window_right, softcap, deterministic, where);
+  const BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
+                                          window_left, window_right, softcap, deterministic, where);
   // The CPU path takes no workspace; answering 0 lets a caller ask before every
   // backward() whatever the device.
   if (where.on_host()) return 0;
@@ -208,27 +184,32 @@ NB_MODULE(_C, m) {
   using namespace fa3::python;
   m.doc() = "fa3 exact attention over DLPack tensors (host tensors: CPU path; CUDA tensors: Hopper kernels)";
 
-  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "softmax_scale"_a = 0.f,
-        "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "stream"_a = 0,
-        "num_threads"_a = 0,
+  m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "sinks"_a.none() = nb::none(),
+        "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
+        "stream"_a = 0, "num_threads"_a = 0,
         "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k, v\n"
-        "(batch, seqlen_k, nheads_kv, head_dim); lse (batch, nheads, seqlen_q) fp32. softmax_scale 0 means\n"
+        "(batch, seqlen_k, nheads_kv, head_dim); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
+        "attention-sink logit per query head (nheads,); lse then includes the sink. softmax_scale 0 means\n"
         "1/sqrt(head_dim). stream: the CUDA stream (as an integer) for CUDA tensors; num_threads: the CPU\n"
         "path's thread count (0: all cores). Each is ignored on the other path.");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(),
-        "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "deterministic"_a = false, "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
+        "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "softmax_scale"_a = 0.f, "causal"_a = false,
+        "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,
+        "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
         "Attention backward pass: writes dq, dk, dv from the forward's out and lse and the gradient dout.\n"
+        "sinks: the forward's (or None); dsinks: None, or an fp32 (nheads,) array to receive their gradient.\n"
         "deterministic: bitwise reproducible gradients (slower on the GPU). workspace: for CUDA tensors, a\n"
         "1-d uint8 array on their device of at least backward_workspace_size() bytes, 256-byte aligned; its\n"
         "contents do not matter, and it must stay allocated until the call's work on the stream is done.\n"
         "Host tensors ignore it.");
   m.def("backward_workspace_size", &backward_workspace_size, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a,
-        "dk"_a, "dv"_a, nb::kw_only(), "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1,
-        "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,
+        "dk"_a, "dv"_a, nb::kw_only(), "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(),
+        "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
+        "deterministic"_a = false,
         "Bytes of workspace that backward() needs for these arguments: for CUDA tensors after validating them\n"
         "as backward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
   m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");
   m.def("device_info", &device_info_dict, "index"_a = -1,
         "Properties of CUDA device `index` (-1: the current device); never raises without a GPU.");
+  register_tune_bindings(m);
 }

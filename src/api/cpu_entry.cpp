@@ -50,6 +50,13 @@ void store(const TensorView& t, const std::vector<double>& values) {
   }
 }
 
+// Writes one fp32 value per query head into a (nheads_q) view of any stride.
+void store_per_head(const TensorView& t, const std::vector<double>& values) {
+  for (std::int64_t h = 0; h < t.shape[0]; ++h) {
+    static_cast<float*>(t.data)[h * t.stride[0]] = static_cast<float>(values[static_cast<std::size_t>(h)]);
+  }
+}
+
 }  // namespace
 
 Status forward(const ForwardArgs& args, const Options& options) {
@@ -72,10 +79,11 @@ Status backward(const BackwardArgs& args, const Options& options) {
     FA3_RETURN_IF_ERROR(validate_backward(args, cpu_target(), &problem));
     FA3_RETURN_IF_ERROR(check_options(options));
     const reference::BackwardResult grads =
-        reference::backward(problem, args.q, args.k, args.v, args.dout, reference::Precision::kExact);
+        reference::backward(problem, args.q, args.k, args.v, args.dout, reference::Precision::kExact, args.sinks);
     store(args.dq, grads.dq);
     store(args.dk, grads.dk);
     store(args.dv, grads.dv);
+    if (args.dsinks.defined()) store_per_head(args.dsinks, grads.dsinks);
     return Status::ok();
   });
 }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "api/device_cache.h"
+#include "api/tuned_kernels.h"
 #include "api/validate.h"
 #include "common/status_macros.h"
 #include "fa3/attention.h"
@@ -23,7 +24,9 @@ Status run_on_device(const ForwardArgs& args, const char* kernel, cudaStream_t s
                                            std::to_string(dev->index) + " (" + dev->name + ") is " +
                                            std::to_string(dev->cc_major) + "." + std::to_string(dev->cc_minor)};
   }
-  return hopper::run_forward(problem, args, dev->sm_count, stream, kernel);
+  // A kernel named by the caller wins over the tuning cache's.
+  const std::string tuned = kernel == nullptr ? tuned_forward_kernel(problem, args.q.dtype, *dev) : std::string();
+  return hopper::run_forward(problem, args, dev->sm_count, stream, tuned.empty() ? kernel : tuned.c_str());
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ ValidationTarget gpu_target() {
   t.head_dims = hopper::fwd_head_dims();
   t.supports_window = false;
   t.supports_softcap = false;
+  t.supports_sinks = false;
   t.locate = locate_pointer;
   return t;
 }
@@ -63,6 +64,7 @@ ValidationTarget cpu_target() {
   t.max_head_dim = 256;
   t.supports_window = true;
   t.supports_softcap = true;
+  t.supports_sinks = true;
   return t;
 }
 

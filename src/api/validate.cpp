@@ -147,6 +147,26 @@ Status check_lse_shape(const TensorView& lse, const Problem& p) {
                      p.nheads_q, ", ", p.seqlen_q, ")"));
 }
 
+// sinks and dsinks: one fp32 value per query head, at any (non-negative) stride.
+Status check_head_vector(const char* name, const TensorView& t, const Problem& p) {
+  const std::string n = name;
+  if (t.rank != 1) return invalid(cat(n, ": expected a 1-d tensor (nheads_q), got rank ", t.rank));
+  if (t.dtype != DType::kFloat32) return invalid(n + ": dtype must be fp32, got " + dtype_name(t.dtype));
+  if (t.shape[0] != p.nheads_q) {
+    return invalid(cat(n, ": shape ", shape_string(t), " must be (nheads_q) = (", p.nheads_q, ")"));
+  }
+  if (t.stride[0] < 0) return invalid(cat(n, ": stride must be >= 0, got ", t.stride[0]));
+  return Status::ok();
+}
+
+// The GPU kernels do not read sinks yet: their targets refuse them, after every rule on
+// the arguments themselves, so that a call that is wrong anyway says what is wrong.
+Status check_sinks_supported(const ValidationTarget& target) {
+  if (target.supports_sinks) return Status::ok();
+  return unsupported(std::string("sinks: attention sinks are not implemented") +
+                     (target.space == ValidationTarget::Space::kDevice ? " on the GPU" : " on this path") + " yet");
+}
+
 Status check_dtype_and_head_dim(const TensorView& q, const ValidationTarget& target) {
   if (target.dtypes.empty()) return unsupported("no GPU kernels were built into this library");
   if (std::find(target.dtypes.begin(), target.dtypes.end(), q.dtype) == target.dtypes.end()) {
@@ -249,6 +269,7 @@ Status check_workspace(const BackwardArgs& a, const ValidationTarget& target, st
 Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Problem* problem) {
   const bool device = target.space == ValidationTarget::Space::kDevice;
   const bool has_lse = a.lse.data != nullptr;
+  const bool has_sinks = a.sinks.data != nullptr;
   FA3_RETURN_IF_ERROR(check_tensor("q", a.q, Role::kQLike));
   FA3_RETURN_IF_ERROR(check_tensor("k", a.k, Role::kKvLike));
   FA3_RETURN_IF_ERROR(check_tensor("v", a.v, Role::kKvLike));
@@ -265,6 +286,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   FA3_RETURN_IF_ERROR(check_qkv_shapes(a.q, a.k, a.v, &p));
   FA3_RETURN_IF_ERROR(check_same_shape("out", a.out, "q", a.q));
   if (has_lse) FA3_RETURN_IF_ERROR(check_lse_shape(a.lse, p));
+  if (has_sinks) FA3_RETURN_IF_ERROR(check_head_vector("sinks", a.sinks, p));
 
   if (device) {
     FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, true));
@@ -272,14 +294,18 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
     FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, true));
     FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, target, true));
     if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, false));
+    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, false));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
+  if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
   *problem = p;
   return Status::ok();
 }
 
 Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, Problem* problem) {
   const bool device = target.space == ValidationTarget::Space::kDevice;
+  const bool has_sinks = a.sinks.data != nullptr;
+  const bool has_dsinks = a.dsinks.data != nullptr;
   FA3_RETURN_IF_ERROR(check_tensor("q", a.q, Role::kQLike));
   FA3_RETURN_IF_ERROR(check_tensor("k", a.k, Role::kKvLike));
   FA3_RETURN_IF_ERROR(check_tensor("v", a.v, Role::kKvLike));
@@ -308,14 +334,20 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
   FA3_RETURN_IF_ERROR(check_same_shape("dq", a.dq, "q", a.q));
   FA3_RETURN_IF_ERROR(check_same_shape("dk", a.dk, "k", a.k));
   FA3_RETURN_IF_ERROR(check_same_shape("dv", a.dv, "v", a.v));
+  if (has_dsinks && !has_sinks) return invalid("dsinks: given without sinks (it is the gradient of sinks)");
+  if (has_sinks) FA3_RETURN_IF_ERROR(check_head_vector("sinks", a.sinks, p));
+  if (has_dsinks) FA3_RETURN_IF_ERROR(check_head_vector("dsinks", a.dsinks, p));
 
   if (device) {
     const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
     const TensorView* views[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
     for (int i = 0; i < 8; ++i) FA3_RETURN_IF_ERROR(check_device_tensor(names[i], *views[i], target, true));
     FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, false));
+    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, false));
+    if (has_dsinks) FA3_RETURN_IF_ERROR(check_device_tensor("dsinks", a.dsinks, target, false));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
+  if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
   if (device && target.backward_workspace) {
     FA3_RETURN_IF_ERROR(check_workspace(a, target, target.backward_workspace(p, a.deterministic)));
   }

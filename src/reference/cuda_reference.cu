@@ -163,6 +163,7 @@ __device__ float maybe_round(const Dims& d, float x) {
 
 struct FwdArgs {
   View q, k, v;
+  const float* sinks;  // null: no sinks
   float* out;
   float* lse;
   Dims d;
@@ -171,6 +172,7 @@ struct FwdArgs {
 // One warp per (batch, head, query row); two passes over the keys (statistics, then
 // output), which is what a naive implementation computes, so the "like inputs" mode
 // can round the normalized probabilities exactly where such an implementation would.
+// The head's sink starts the max and the sum, as a score whose key has no value.
 template <class T>
 __global__ void reference_forward_kernel(FwdArgs a) {
   const Dims& d = a.d;
@@ -187,9 +189,11 @@ __global__ void reference_forward_kernel(FwdArgs a) {
     return logit<T>(d, warp_dot(q, k), &slope);
   };
 
-  float m = -INFINITY;
+  const float sink = a.sinks != nullptr ? a.sinks[h] : -INFINITY;
+  float m = sink;
   for (int j = first; j <= last; ++j) m = fmaxf(m, score(j));
-  float sum = 0.f;
+  // A sink of -inf weighs 0, also where m is -inf (no key, where expf would give NaN).
+  float sum = sink == -INFINITY ? 0.f : expf(sink - m);
   for (int j = first; j <= last; ++j) sum += expf(score(j) - m);
 
   Row o = {};
@@ -206,10 +210,12 @@ __global__ void reference_forward_kernel(FwdArgs a) {
 
 struct BwdArgs {
   View q, k, v, dout;
-  const float* out;  // the reference forward's, dense (rounded like the inputs in kLikeInputs)
-  const float* lse;  // dense statistics
-  float* delta;      // D = rowsum(dout * out), dense statistics
+  const float* sinks;  // null: no sinks
+  const float* out;    // the reference forward's, dense (rounded like the inputs in kLikeInputs)
+  const float* lse;    // dense statistics
+  float* delta;        // D = rowsum(dout * out), dense statistics
   float *dq, *dk, *dv;
+  float* dsinks;  // null: not asked for
   Dims d;
 };
 
@@ -294,6 +300,24 @@ __global__ void reference_dkdv_kernel(BwdArgs a) {
   store_row(a.dv, d.k_dense(b, j, hk), d.head_dim, dv);
 }
 
+// dsinks of one query head per warp: -exp(sink - lse) * D summed over the rows of every
+// batch (reference::backward derives it), each lane over every 32nd row, then across the
+// warp. A row with neither a key nor a sink (lse -inf) has D = 0 and adds nothing.
+__global__ void reference_dsinks_kernel(BwdArgs a) {
+  const Dims& d = a.d;
+  const int h = static_cast<int>(blockIdx.x) * kWarpsPerBlock + static_cast<int>(threadIdx.x) / 32;
+  if (h >= d.nheads_q) return;
+  const float sink = a.sinks[h];
+  const long long rows = static_cast<long long>(d.batch) * d.seqlen_q;
+  float sum = 0.f;
+  for (long long r = threadIdx.x % 32; r < rows; r += 32) {
+    const long long at = d.stat(static_cast<int>(r / d.seqlen_q), h, static_cast<int>(r % d.seqlen_q));
+    if (a.lse[at] != -INFINITY) sum -= expf(sink - a.lse[at]) * a.delta[at];
+  }
+  sum = warp_sum(sum);
+  if (threadIdx.x % 32 == 0) a.dsinks[h] = sum;
+}
+
 unsigned blocks_for(long long warps) { return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 constexpr unsigned kThreads = 32 * kWarpsPerBlock;
 
@@ -322,7 +346,8 @@ Status cuda_status(cudaError_t err, const char* what) {
   return {StatusCode::kCudaError, std::string("CUDA reference ") + what + ": " + cudaGetErrorString(err)};
 }
 
-// D, then dq, then dk and dv, in `stream`'s order (out and lse are already there).
+// D, then dq, then dk and dv, then dsinks, in `stream`'s order (out and lse are already
+// there).
 Status launch_gradients(const BwdArgs& a, DType dtype, cudaStream_t stream) {
   const unsigned q_blocks = blocks_for(static_cast<long long>(a.d.batch) * a.d.nheads_q * a.d.seqlen_q);
   const unsigned k_blocks = blocks_for(static_cast<long long>(a.d.batch) * a.d.nheads_kv * a.d.seqlen_k);
@@ -332,16 +357,19 @@ Status launch_gradients(const BwdArgs& a, DType dtype, cudaStream_t stream) {
     reference_dq_kernel<T><<<q_blocks, kThreads, 0, stream>>>(a);
     reference_dkdv_kernel<T><<<k_blocks, kThreads, 0, stream>>>(a);
   });
+  if (a.sinks != nullptr && a.dsinks != nullptr) {
+    reference_dsinks_kernel<<<blocks_for(a.d.nheads_q), kThreads, 0, stream>>>(a);
+  }
   return cuda_status(cudaGetLastError(), "launch");
 }
 
 }  // namespace
 
-Status cuda_forward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v, float* out,
-                    float* lse, Precision precision, cudaStream_t stream) {
+Status cuda_forward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v, const float* sinks,
+                    float* out, float* lse, Precision precision, cudaStream_t stream) {
   const Status supported = check_supported(p, q.dtype);
   if (!supported.is_ok()) return supported;
-  const FwdArgs a{make_view(q), make_view(k), make_view(v), out, lse, make_dims(p, precision)};
+  const FwdArgs a{make_view(q), make_view(k), make_view(v), sinks, out, lse, make_dims(p, precision)};
   const unsigned blocks = blocks_for(p.batch * p.nheads_q * p.seqlen_q);
   with_element_type(q.dtype, [&](auto element) {
     reference_forward_kernel<decltype(element)><<<blocks, kThreads, 0, stream>>>(a);
@@ -350,8 +378,8 @@ Status cuda_forward(const Problem& p, const TensorView& q, const TensorView& k, 
 }
 
 Status cuda_backward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& dout, float* dq, float* dk, float* dv, Precision precision,
-                     cudaStream_t stream) {
+                     const float* sinks, const TensorView& dout, float* dq, float* dk, float* dv, float* dsinks,
+                     Precision precision, cudaStream_t stream) {
   const Status supported = check_supported(p, q.dtype);
   if (!supported.is_ok()) return supported;
   const long long rows = p.batch * p.nheads_q * p.seqlen_q;
@@ -361,9 +389,9 @@ Status cuda_backward(const Problem& p, const TensorView& q, const TensorView& k,
   const Status allocated =
       cuda_status(cudaMallocAsync(reinterpret_cast<void**>(&scratch), scratch_bytes, stream), "scratch allocation");
   if (!allocated.is_ok()) return allocated;
-  const BwdArgs a{make_view(q), make_view(k), make_view(v), make_view(dout), scratch, scratch + out_elems,
-                  scratch + out_elems + rows, dq, dk, dv, make_dims(p, precision)};
-  const Status forward = cuda_forward(p, q, k, v, scratch, scratch + out_elems, precision, stream);
+  const BwdArgs a{make_view(q), make_view(k), make_view(v), make_view(dout), sinks, scratch, scratch + out_elems,
+                  scratch + out_elems + rows, dq, dk, dv, dsinks, make_dims(p, precision)};
+  const Status forward = cuda_forward(p, q, k, v, sinks, scratch, scratch + out_elems, precision, stream);
   const Status gradients = forward.is_ok() ? launch_gradients(a, q.dtype, stream) : forward;
   const Status freed = cuda_status(cudaFreeAsync(scratch, stream), "scratch release");
   return gradients.is_ok() ? freed : gradients;

@@ -11,11 +11,12 @@
 namespace fa3::reference {
 namespace {
 
-// The three inputs every pass reads, as laid out in fa3::ForwardArgs.
+// The inputs every pass reads, as laid out in fa3::ForwardArgs (sinks may be undefined).
 struct Inputs {
   const TensorView& q;
   const TensorView& k;
   const TensorView& v;
+  const TensorView& sinks;
 };
 
 // Element (i0, i1, i2, i3) of a 4-d view, in 64-bit arithmetic.
@@ -41,6 +42,14 @@ Real dot(const Real* a, const Real* b, std::int64_t n) {
   return sum;
 }
 
+// Query head h's sink logit: an fp32 input, exact in float and double. Without sinks
+// -inf, which leaves a row's max alone and adds exactly 0 to its sum.
+template <typename Real>
+Real sink_of(const Inputs& in, std::int64_t head) {
+  if (!in.sinks.defined()) return -std::numeric_limits<Real>::infinity();
+  return static_cast<Real>(static_cast<const float*>(in.sinks.data)[head * in.sinks.stride[0]]);
+}
+
 // Rounds an intermediate to the inputs' dtype, where a naive low-precision
 // implementation would store it in that dtype; the identity for the exact reference.
 struct Rounding {
@@ -53,20 +62,23 @@ struct Rounding {
   }
 };
 
-// The softmax of one query row over the keys it may see.
+// The softmax of one query row over the keys it may see (and its head's sink).
 template <typename Real>
 struct RowSoftmax {
   std::int64_t first_key = 0;
   std::vector<Real> prob;   // probability of key first_key + n
   std::vector<Real> slope;  // d(softmax input) / d(q . k) for that key: the scale, times tanh' under softcap
-  Real lse = -std::numeric_limits<Real>::infinity();
+  Real lse = -std::numeric_limits<Real>::infinity();  // with no key visible, the sink's logit alone
 };
 
 // Scores are q . k (accumulated in Real, then rounded like a stored score matrix),
-// scaled, optionally capped (softcap * tanh(scaled / softcap)), then normalised.
+// scaled, optionally capped (softcap * tanh(scaled / softcap)), then normalised. The
+// sink joins the max and the sum as a score whose key has no value.
 template <typename Real>
 RowSoftmax<Real> row_softmax(const Problem& p, const Inputs& in, const RowRef& r, const Rounding& round) {
   RowSoftmax<Real> sm;
+  const Real sink = sink_of<Real>(in, r.head);
+  sm.lse = sink;
   const std::int64_t first = p.first_key(r.row);
   const std::int64_t last = p.last_key(r.row);
   if (first > last) return sm;
@@ -95,8 +107,8 @@ RowSoftmax<Real> row_softmax(const Problem& p, const Inputs& in, const RowRef& r
     sm.slope.push_back(slope);
   }
 
-  const Real max = *std::max_element(score.begin(), score.end());
-  Real sum = 0;
+  const Real max = std::max(sink, *std::max_element(score.begin(), score.end()));
+  Real sum = std::exp(sink - max);
   for (Real& s : score) {
     s = std::exp(s - max);
     sum += s;
@@ -161,17 +173,25 @@ ForwardResult forward_all(const Problem& p, const Inputs& in, const Rounding& ro
 
 // Gradients of sum(out * dout), one query row at a time:
 //   dP_j = dO . v_j,  D = dO . O,  dS_j = P_j (dP_j - D) * slope_j,
-//   dq += dS_j k_j,  dk_j += dS_j q,  dv_j += P_j dO.
-// Query heads of a GQA group add into the same dk/dv rows. Emulating low precision,
-// P, O, dP and dS (after the softcap slope and the scale) are rounded to the input
-// dtype as a naive implementation would store them, sums stay fp32, and the
-// gradients are rounded once at the end.
+//   dq += dS_j k_j,  dk_j += dS_j q,  dv_j += P_j dO,
+//   dsink -= exp(sink - lse) D.
+// The sink's term: P_j = exp(s_j - lse) depends on the sink through lse = log(exp(sink)
+// + sum_j exp(s_j)) alone, so d P_j / d sink = -P_j exp(sink - lse); the loss reaches P_j
+// with weight dP_j, so it moves by sum_j dP_j (-P_j exp(sink - lse)) = -exp(sink - lse) D
+// per unit of sink, exp(sink - lse) being the share of the row the sink takes (to a key
+// without a value). Rows that see no key have O = 0, so D = 0.
+// Query heads of a GQA group add into the same dk/dv rows; rows of every batch into
+// their head's dsink. Emulating low precision, P, O, dP and dS (after the softcap slope
+// and the scale) are rounded to the input dtype as a naive implementation would store
+// them, sums stay fp32, and the gradients are rounded once at the end, except dsinks,
+// which is fp32 whatever the inputs.
 template <typename Real>
 BackwardResult backward_all(const Problem& p, const Inputs& in, const TensorView& dout, const Rounding& round) {
   const std::int64_t d = p.head_dim;
   std::vector<Real> dq(static_cast<std::size_t>(p.batch * p.seqlen_q * p.nheads_q * d));
   std::vector<Real> dk(static_cast<std::size_t>(p.batch * p.seqlen_k * p.nheads_kv * d));
   std::vector<Real> dv(dk.size());
+  std::vector<Real> dsinks(in.sinks.defined() ? static_cast<std::size_t>(p.nheads_q) : 0);
   std::vector<Real> q(d), k(d), v(d), o(d), dO(d);
 
   for (std::int64_t b = 0; b < p.batch; ++b) {
@@ -185,6 +205,7 @@ BackwardResult backward_all(const Problem& p, const Inputs& in, const TensorView
         load_row(in.q, b, i, h, d, q.data());
         load_row(dout, b, i, h, d, dO.data());
         const Real delta = dot(dO.data(), o.data(), d);
+        if (!dsinks.empty()) dsinks[h] -= std::exp(sink_of<Real>(in, h) - sm.lse) * delta;
         Real* dq_row = &dq[q_index(p, b, i, h)];
         for (std::size_t n = 0; n < sm.prob.size(); ++n) {
           const std::int64_t j = sm.first_key + static_cast<std::int64_t>(n);
@@ -209,7 +230,7 @@ BackwardResult backward_all(const Problem& p, const Inputs& in, const TensorView
     std::transform(g.begin(), g.end(), res.begin(), [&](Real x) { return static_cast<double>(round(x)); });
     return res;
   };
-  return {finish(dq), finish(dk), finish(dv)};
+  return {finish(dq), finish(dk), finish(dv), {dsinks.begin(), dsinks.end()}};
 }
 
 void check_row(const Problem& p, const RowRef& r) {
@@ -222,15 +243,15 @@ void check_row(const Problem& p, const RowRef& r) {
 }  // namespace
 
 ForwardResult forward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
-                      Precision precision) {
-  const Inputs in{q, k, v};
+                      Precision precision, const TensorView& sinks) {
+  const Inputs in{q, k, v, sinks};
   if (precision == Precision::kExact) return forward_all<double>(p, in, Rounding{});
   return forward_all<float>(p, in, Rounding{true, q.dtype});
 }
 
 ForwardResult forward_rows(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
-                           const std::vector<RowRef>& rows) {
-  const Inputs in{q, k, v};
+                           const std::vector<RowRef>& rows, const TensorView& sinks) {
+  const Inputs in{q, k, v, sinks};
   ForwardResult res;
   res.out.resize(rows.size() * static_cast<std::size_t>(p.head_dim));
   res.lse.resize(rows.size());
@@ -242,8 +263,8 @@ ForwardResult forward_rows(const Problem& p, const TensorView& q, const TensorVi
 }
 
 BackwardResult backward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
-                        const TensorView& dout, Precision precision) {
-  const Inputs in{q, k, v};
+                        const TensorView& dout, Precision precision, const TensorView& sinks) {
+  const Inputs in{q, k, v, sinks};
   if (precision == Precision::kExact) return backward_all<double>(p, in, dout, Rounding{});
   return backward_all<float>(p, in, dout, Rounding{true, q.dtype});
 }

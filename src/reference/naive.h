@@ -19,15 +19,18 @@ enum class Precision {
 };
 
 // Dense results in canonical layouts: out (batch, seqlen_q, nheads_q, head_dim),
-// lse (batch, nheads_q, seqlen_q); fully masked rows: out 0, lse -inf.
+// lse (batch, nheads_q, seqlen_q); fully masked rows: out 0, lse -inf (the row's sink
+// with sinks).
 struct ForwardResult {
   std::vector<double> out;
   std::vector<double> lse;
 };
 
 // q/k/v are host views (any strides, dtype fp32/fp16/bf16) laid out as in fa3::ForwardArgs.
+// `sinks`, when defined, is a host view as in fa3::ForwardArgs::sinks; its values are
+// fp32 inputs, read exactly in either precision.
 ForwardResult forward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
-                      Precision precision = Precision::kExact);
+                      Precision precision = Precision::kExact, const TensorView& sinks = {});
 
 // One query row of one head: the unit `fa3 run` samples to check large problems.
 struct RowRef {
@@ -39,17 +42,20 @@ struct RowRef {
 // The exact reference for selected rows only: out[i * head_dim + d] and lse[i] for
 // rows[i]. Costs O(rows * seqlen_k * head_dim), so it checks problems of any size.
 ForwardResult forward_rows(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
-                           const std::vector<RowRef>& rows);
+                           const std::vector<RowRef>& rows, const TensorView& sinks = {});
 
-// dq (like q), dk and dv (like k/v) in canonical layouts.
+// dq (like q), dk and dv (like k/v) in canonical layouts; dsinks (one per query head)
+// with sinks, empty without.
 struct BackwardResult {
   std::vector<double> dq;
   std::vector<double> dk;
   std::vector<double> dv;
+  std::vector<double> dsinks;
 };
 
 // Gradients of sum(out * dout); recomputes the forward internally.
 BackwardResult backward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
-                        const TensorView& dout, Precision precision = Precision::kExact);
+                        const TensorView& dout, Precision precision = Precision::kExact,
+                        const TensorView& sinks = {});
 
 }  // namespace fa3::reference

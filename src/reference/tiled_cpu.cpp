@@ -150,21 +150,36 @@ void online_softmax_step(std::int64_t rows, std::int64_t cols, Tiles& t) {
   }
 }
 
-// out = acc / row_sum and lse = (max + log2(row_sum)) * ln 2 (the max is in log2
-// units); a row that saw no key gets out 0 and lse -inf.
-void store_block(const ForwardArgs& a, const QueryBlock& blk, const Tiles& t) {
+// The sink of query head `head` in log2 units, like the scores (see ScoreMap); -inf
+// without sinks.
+float sink_log2(const ForwardArgs& a, std::int64_t head) {
+  if (!a.sinks.defined()) return kNegInf;
+  return static_cast<const float*>(a.sinks.data)[head * a.sinks.stride[0]] * kLog2e;
+}
+
+// The sink joins each row once, here, as a last key whose score is `sink` (log2 units)
+// and whose value is 0: the row's max rises to it if need be, what was summed under the
+// old max is rescaled, and the sink's weight adds to the sum but not to acc. Without
+// sinks (-inf) the rescale is exactly 1 (or 0 for a row that saw no key) and the weight
+// 0, so the results are bitwise those of no sink step at all. Then out = acc / sum and
+// lse = (max + log2(sum)) * ln 2; a row with neither a key nor a sink gets out 0 and
+// lse -inf, one with only a sink out 0 and lse the sink (to fp32 rounding).
+void store_block(const ForwardArgs& a, const QueryBlock& blk, float sink, const Tiles& t) {
   const std::int64_t d = t.head_dim;
   const bool has_lse = a.lse.data != nullptr;
   for (std::int64_t r = 0; r < blk.rows; ++r) {
-    const float sum = t.row_sum[r];
+    const float max = std::max(t.row_max[r], sink);
+    const float ref = max == kNegInf ? 0.f : max;
+    const float rescale = std::exp2(t.row_max[r] - ref);
+    const float sum = t.row_sum[r] * rescale + std::exp2(sink - ref);
     const bool empty = sum == 0.f;
-    const float inv_sum = empty ? 0.f : 1.f / sum;
+    const float inv_sum = empty ? 0.f : rescale / sum;
     const std::int64_t base = element(a.out, blk.batch, blk.row0 + r, blk.head, 0);
     for (std::int64_t e = 0; e < d; ++e) {
       numeric::store_from_float(a.out.data, base + e * a.out.stride[3], a.out.dtype, t.acc[r * d + e] * inv_sum);
     }
     if (has_lse) {
-      const float lse = empty ? kNegInf : (t.row_max[r] + std::log2(sum)) * kLn2;
+      const float lse = empty ? kNegInf : (max + std::log2(sum)) * kLn2;
       const std::int64_t at =
           blk.batch * a.lse.stride[0] + blk.head * a.lse.stride[1] + (blk.row0 + r) * a.lse.stride[2];
       static_cast<float*>(a.lse.data)[at] = lse;
@@ -192,7 +207,7 @@ void run_block(const Problem& p, const ForwardArgs& a, const ScoreMap& map, cons
       online_softmax_step(blk.rows, cols, t);
     }
   }
-  store_block(a, blk, t);
+  store_block(a, blk, sink_log2(a, blk.head), t);
 }
 
 // Work items are numbered so that the last query blocks come first: under a causal

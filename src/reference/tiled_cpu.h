@@ -14,7 +14,8 @@ struct TiledCpuConfig {
   int num_threads = 0;  // 0: std::thread::hardware_concurrency()
 };
 
-// Writes args.out (and args.lse when given). `p` comes from validate_forward.
+// Writes args.out (and args.lse when given), with args.sinks when given. `p` comes from
+// validate_forward.
 void tiled_forward(const Problem& p, const ForwardArgs& args, const TiledCpuConfig& config = {});
 
 }  // namespace fa3::reference

@@ -29,11 +29,12 @@ def allowed_keys(seqlen_q, seqlen_k, causal=False, window=(-1, -1), device="cpu"
     return allowed
 
 
-def reference(q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0):
+def reference(q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sinks=None):
     """(out, lse) for q (b, sq, h, d), k/v (b, sk, hk, d), computed in `dtype`.
 
     out comes back in `dtype`, lse in float32 (natural log). Rows that see no key
-    give out 0 and lse -inf, as fa3 promises.
+    give out 0 and lse -inf (their sink with sinks), as fa3 promises. sinks: None
+    or float32 (h,), each head's logit in every row's denominator (fa3/attention.h).
     """
     seqlen_q, nheads, head_dim = q.shape[1], q.shape[2], q.shape[3]
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
@@ -47,38 +48,57 @@ def reference(q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -
         scores = softcap * torch.tanh(scores / softcap)
     allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device)
     scores = scores.masked_fill(~allowed, float("-inf"))
-    lse = torch.logsumexp(scores.float(), dim=-1)
-    seen = allowed.any(dim=-1)[None, None, :, None]
-    probs = torch.softmax(scores, dim=-1).masked_fill(~seen, 0.0)
+    probs, lse = _probabilities(scores, allowed, sinks)
     out = torch.einsum("bhqk,bkhd->bqhd", probs, vf)
     return out, lse
 
 
-def reference_grads(q, k, v, dout, *, dtype, **mask):
-    """dq, dk, dv of sum(out * dout) through reference(), computed and returned in `dtype`.
+def _probabilities(scores, allowed, sinks):
+    """(probs in scores' dtype, lse in float32) of masked scores (b, h, sq, sk).
+
+    A sink joins each row's denominator as the float32 value it is (a naive
+    implementation would not round an input that no matrix product reads) and is
+    left out of probs; a 16-bit `low` rounds the probabilities once, as softmax does."""
+    seen = allowed.any(dim=-1)[None, None, :, None]
+    if sinks is None:
+        lse = torch.logsumexp(scores.float(), dim=-1)
+        return torch.softmax(scores, dim=-1).masked_fill(~seen, 0.0), lse
+    wide = scores if scores.dtype == torch.float64 else scores.float()
+    sink = sinks.to(wide.dtype)[None, :, None, None].expand(*wide.shape[:3], 1)
+    lse = torch.logsumexp(torch.cat([wide, sink], dim=-1), dim=-1)
+    probs = torch.exp(wide - lse[..., None]).masked_fill(~seen, 0.0)
+    return probs.to(scores.dtype), lse.float()
+
+
+def reference_grads(q, k, v, dout, *, dtype, sinks=None, **mask):
+    """dq, dk, dv (and dsinks, with sinks) of sum(out * dout) through reference(),
+    computed and returned in `dtype` (dsinks in float32 for 16-bit dtypes).
 
     float32/float64 differentiate reference() with autograd. 16-bit dtypes (`low`)
     compute what the C++ references do (src/reference/naive.cpp): dS = P * (dP - D)
     with D = rowsum(dout * out) in float32 from the forward's rounded output, and P,
-    dP and dS rounded to the dtype. Autograd through softmax would take
-    D = rowsum(P * dP) instead, which cancels exactly where P is exactly 1 (every row
-    when there is a single key): its `low` would then claim a precision that no
-    computation of D from out can reach.
+    dP and dS rounded to the dtype; dsinks = -sum over rows of exp(sink - lse) * D in
+    float32. Autograd through softmax would take D = rowsum(P * dP) instead, which
+    cancels exactly where P is exactly 1 (every row when there is a single key): its
+    `low` would then claim a precision that no computation of D from out can reach.
     """
     if dtype in (torch.float32, torch.float64):
-        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, _ = reference(*leaves, dtype=dtype, **mask)
+        tensors = (q, k, v) if sinks is None else (q, k, v, sinks)
+        leaves = [t.detach().to(dtype).requires_grad_() for t in tensors]
+        out, _ = reference(*leaves[:3], dtype=dtype, sinks=None if sinks is None else leaves[3], **mask)
         out.backward(dout.to(dtype))
         return [t.grad for t in leaves]
-    return _flash_grads(q, k, v, dout, dtype=dtype, **mask)
+    return _flash_grads(q, k, v, dout, dtype=dtype, sinks=sinks, **mask)
 
 
-def _flash_grads(q, k, v, dout, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0):
+def _flash_grads(q, k, v, dout, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sinks=None):
     seqlen_q, nheads, head_dim = q.shape[1], q.shape[2], q.shape[3]
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
     group = nheads // nheads_k
-    out, _ = reference(q, k, v, dtype=dtype, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap)
+    out, lse = reference(
+        q, k, v, dtype=dtype, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap, sinks=sinks
+    )
     qf, do = q.to(dtype), dout.to(dtype)
     kf = k.to(dtype).repeat_interleave(group, dim=2)
     vf = v.to(dtype).repeat_interleave(group, dim=2)
@@ -86,8 +106,7 @@ def _flash_grads(q, k, v, dout, *, dtype, softmax_scale=None, causal=False, wind
     capped = softcap * torch.tanh(raw / softcap) if softcap > 0 else raw
     allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device)
     scores = capped.masked_fill(~allowed, float("-inf"))
-    seen = allowed.any(dim=-1)[None, None, :, None]
-    probs = torch.softmax(scores, dim=-1).masked_fill(~seen, 0.0)
+    probs, _ = _probabilities(scores, allowed, sinks)
     dv = torch.einsum("bhqk,bqhd->bkhd", probs, do)
     dp = torch.einsum("bqhd,bkhd->bhqk", do, vf)
     d = (do.float() * out.float()).sum(dim=-1).transpose(1, 2)[..., None]  # (b, h, sq, 1), float32
@@ -102,7 +121,10 @@ def _flash_grads(q, k, v, dout, *, dtype, softmax_scale=None, causal=False, wind
         b, s, _, dim = t.shape
         return t.view(b, s, nheads_k, group, dim).sum(dim=3)
 
-    return [dq, sum_group(dk), sum_group(dv)]
+    grads = [dq, sum_group(dk), sum_group(dv)]
+    if sinks is not None:
+        grads.append(-(torch.exp(sinks.float()[None, :, None] - lse) * d[..., 0]).sum(dim=(0, 2)))
+    return grads
 
 
 def max_abs_error(a, b):

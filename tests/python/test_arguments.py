@@ -45,9 +45,13 @@ def qkv(batch=1, seqlen_q=8, seqlen_k=8, nheads=4, nheads_k=2, head_dim=64, dtyp
     )
 
 
+# fa3's own keywords, after all of FlashAttention-3's so that positional calls stay its.
+FA3_ADDITIONS = [("sinks", None)]
+
+
 def test_signature_matches_flash_attention_3():
     params = list(inspect.signature(fa3.flash_attn_func).parameters.values())
-    assert [(p.name, p.default) for p in params] == FA3_SIGNATURE
+    assert [(p.name, p.default) for p in params] == FA3_SIGNATURE + FA3_ADDITIONS
 
 
 def test_qkvpacked_signature_matches_flash_attention_3():
@@ -66,7 +70,7 @@ def test_qkvpacked_signature_matches_flash_attention_3():
         "num_heads_q",
         "sm_margin",
         "return_attn_probs",
-    ]
+    ] + [name for name, _ in FA3_ADDITIONS]
 
 
 def test_positional_arguments_follow_flash_attention_3():
@@ -131,6 +135,30 @@ BAD_INPUTS = [
 def test_bad_inputs_name_the_argument(mutate, error, message):
     with pytest.raises(error, match=message):
         fa3.flash_attn_func(*mutate(*qkv()))
+
+
+BAD_SINKS = [
+    # (sinks for q with 4 heads, exception, message pattern)
+    ([0.0] * 4, TypeError, "sinks: expected a torch.Tensor or None, got list"),
+    (torch.zeros(1, 4), ValueError, r"sinks: expected a 1-d tensor \(nheads,\), got shape \(1, 4\)"),
+    (torch.zeros(4, dtype=torch.bfloat16), ValueError, "sinks: dtype torch.bfloat16 is not supported"),
+    (torch.zeros(4, dtype=torch.float64), ValueError, "sinks: dtype torch.float64 is not supported; use torch.float32"),
+    (torch.zeros(4, device="meta"), ValueError, "sinks: is on meta but q is on cpu"),
+    # Its length against nheads comes back from the C++ layer.
+    (torch.zeros(2), ValueError, r"sinks: shape \(2\) must be \(nheads_q\) = \(4\)"),
+    (torch.zeros(5), ValueError, r"sinks: shape \(5\) must be \(nheads_q\) = \(4\)"),
+]
+
+
+@pytest.mark.parametrize("sinks, error, message", BAD_SINKS, ids=[case[2] for case in BAD_SINKS])
+def test_bad_sinks_name_the_argument(sinks, error, message):
+    with pytest.raises(error, match=message):
+        fa3.flash_attn_func(*qkv(), sinks=sinks)
+
+
+def test_bad_sinks_of_qkvpacked():
+    with pytest.raises(ValueError, match=r"sinks: shape \(2\) must be \(nheads_q\) = \(4\)"):
+        fa3.flash_attn_qkvpacked_func(torch.randn(1, 8, 3, 4, 64), sinks=torch.zeros(2))
 
 
 def test_unsupported_head_dim_on_cpu():

@@ -49,8 +49,12 @@ def test_fake_shapes(dtype, out_dtype):
         out, lse = fa3.flash_attn_func(q, k, k, causal=True, return_attn_probs=True)
         assert out.shape == (3, 100, 8, 128) and out.dtype == out_dtype
         assert lse.shape == (3, 8, 100) and lse.dtype == torch.float32
-        dq, dk, dv = torch.ops.fa3.bwd(out, q, k, k, out, lse, 0.0, True, -1, 0, 0.0, False)
-        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+        dq, dk, dv, dsinks = torch.ops.fa3.bwd(out, q, k, k, out, lse, None, 0.0, True, -1, 0, 0.0, False)
+        assert (dq.shape, dk.shape, dv.shape, dsinks.shape) == (q.shape, k.shape, k.shape, (0,))
+        sinks = torch.empty(8)
+        assert fa3.flash_attn_func(q, k, k, causal=True, sinks=sinks).shape == (3, 100, 8, 128)
+        dsinks = torch.ops.fa3.bwd(out, q, k, k, out, lse, sinks, 0.0, True, -1, 0, 0.0, False)[3]
+        assert dsinks.shape == (8,) and dsinks.dtype == torch.float32
 
 
 def test_meta_tensors_give_shapes():
@@ -69,10 +73,22 @@ def test_opcheck_forward_and_backward(device, deterministic, heads, causal):
     head_dim, dtype = kernel_case(device)
     q, k, v = make_qkv(2, 17, 23, *heads, head_dim, dtype, requires_grad=True, device=device)
     options = (0.0, causal, -1, 0 if causal else -1, 0.0, deterministic)
-    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, *options))
-    out, lse = torch.ops.fa3.fwd(q, k, v, *options)
+    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, None, *options))
+    out, lse = torch.ops.fa3.fwd(q, k, v, None, *options)
     dout = torch.randn_like(out)
-    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, *options)
+    args = (dout, q.detach(), k.detach(), v.detach(), out.detach(), lse, None, *options)
+    torch.library.opcheck(torch.ops.fa3.bwd.default, args)
+
+
+@pytest.mark.parametrize("heads, causal", [((4, 2), True), ((4, 4), False)], ids=["gqa", "mha"])
+def test_opcheck_with_sinks(heads, causal):
+    """opcheck with sinks, an input that requires grad (on CPU tensors: the GPU has no sinks yet)."""
+    q, k, v = make_qkv(2, 17, 23, *heads, 64, requires_grad=True)
+    sinks = torch.randn(heads[0], generator=torch.Generator().manual_seed(12)).requires_grad_()
+    options = (0.0, causal, -1, 0 if causal else -1, 0.0, False)
+    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, sinks, *options))
+    out, lse = torch.ops.fa3.fwd(q, k, v, sinks, *options)
+    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, sinks.detach(), *options)
     torch.library.opcheck(torch.ops.fa3.bwd.default, args)
 
 
@@ -123,6 +139,28 @@ def test_compile_fullgraph_qkvpacked_deterministic_backward(device, packed):
     torch._dynamo.reset()
     torch.compile(block, fullgraph=True, backend="aot_eager")(qkv).backward()
     assert torch.equal(qkv.grad, eager)
+
+
+def test_compile_fullgraph_with_sinks():
+    """Forward and backward with sinks traced whole: out and every gradient, the sinks'
+    included, bit for bit as eager."""
+    q, k, v = make_qkv(2, 40, 30, 4, 2, 64, requires_grad=True)
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(13)).requires_grad_()
+
+    def block(q, k, v, sinks):
+        return fa3.flash_attn_func(q * 0.5, k, v, causal=True, sinks=sinks).float().square().sum()
+
+    expected = block(q, k, v, sinks)
+    expected.backward()
+    eager = [t.grad.clone() for t in (q, k, v, sinks)]
+    for t in (q, k, v, sinks):
+        t.grad = None
+    torch._dynamo.reset()
+    result = torch.compile(block, fullgraph=True, backend="aot_eager")(q, k, v, sinks)
+    result.backward()
+    assert torch.equal(result, expected)
+    for name, e, t in zip(("dq", "dk", "dv", "dsinks"), eager, (q, k, v, sinks)):
+        assert torch.equal(t.grad, e), f"{name} differs between eager and compiled"
 
 
 def test_compile_dynamic_shapes():

@@ -24,7 +24,7 @@ def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, seed=
 
 def check_forward(q, k, v, **options):
     """Runs fa3 and both references; checks out and lse by the accuracy rule."""
-    mask = {key: options[key] for key in ("causal", "softcap", "softmax_scale") if key in options}
+    mask = {key: options[key] for key in ("causal", "softcap", "softmax_scale", "sinks") if key in options}
     if "window_size" in options:
         mask["window"] = options["window_size"]
     out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True, **options)
@@ -245,3 +245,108 @@ def test_lse_is_not_differentiable():
     q, k, v = (t.requires_grad_() for t in make_qkv(1, 8, 8, 2, 2, 64, torch.float32))
     out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True)
     assert out.requires_grad and not lse.requires_grad
+
+
+def make_sinks(nheads, seed, scale=2.0, requires_grad=False):
+    """Sink logits of a few units: from next to nothing to most of a short row's weight."""
+    sinks = scale * torch.randn(nheads, generator=torch.Generator().manual_seed(seed))
+    return sinks.requires_grad_(requires_grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("seqlens", [(17, 17), (65, 33), (33, 65)], ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sinks_forward(dtype, seqlens, causal):
+    q, k, v = make_qkv(2, *seqlens, 4, 2, 64, dtype, seed=13)
+    check_forward(q, k, v, causal=causal, sinks=make_sinks(4, seed=14))
+
+
+def test_sinks_with_window_softcap_and_strided_views():
+    q, k, v = make_qkv(2, 50, 60, 4, 4, 64, torch.bfloat16, seed=15)
+    sinks = make_sinks(8, seed=16)[::2]  # every other element: a strided view
+    assert not sinks.is_contiguous()
+    options = {"window_size": (9, 3), "softcap": 5.0, "softmax_scale": 0.3}
+    out = check_forward(q, k, v, sinks=sinks, **options)
+    assert torch.equal(fa3.flash_attn_func(q, k, v, sinks=sinks.contiguous(), **options), out)
+
+
+def test_sinks_of_rows_that_see_no_key():
+    """Only the sink remains: out 0 and softmax_lse the head's sink."""
+    q, k, v = make_qkv(2, 6, 2, 4, 2, 64, torch.float32, seed=17)
+    sinks = make_sinks(4, seed=18)
+    out, lse = fa3.flash_attn_func(q, k, v, causal=True, sinks=sinks, return_attn_probs=True)
+    # Bottom-right alignment: queries 0..3 of 6 see none of the 2 keys.
+    assert torch.all(out[:, :4] == 0)
+    torch.testing.assert_close(lse[:, :, :4], sinks[None, :, None].expand(2, 4, 4), rtol=0, atol=1e-6)
+    assert torch.isfinite(lse[:, :, 4:]).all()
+
+
+def test_minus_infinity_sinks_are_no_sinks():
+    """Bitwise: forward, lse and gradients as without sinks, and a zero sinks gradient."""
+    q, k, v = make_qkv(2, 20, 13, 4, 2, 64, torch.bfloat16, seed=19)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(20)).to(torch.bfloat16)
+    sinks = torch.full((4,), float("-inf"), requires_grad=True)
+    results = []
+    for extra in ({}, {"sinks": sinks}):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, lse = fa3.flash_attn_func(*leaves, causal=True, return_attn_probs=True, **extra)
+        out.backward(dout)
+        results.append([out, lse] + [t.grad for t in leaves])
+    for plain, sunk in zip(*results):
+        assert torch.equal(plain, sunk)
+    assert torch.equal(sinks.grad, torch.zeros(4))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("seqlens", [(17, 17), (33, 20), (20, 33)], ids=lambda s: f"sq{s[0]}-sk{s[1]}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sinks_backward(dtype, seqlens, causal):
+    """dq, dk, dv and the sinks' gradient by the backward rule (3x the `low` error)."""
+    q, k, v = make_qkv(2, *seqlens, 4, 2, 64, dtype, seed=21)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(22)).to(dtype)
+    sinks = make_sinks(4, seed=23, requires_grad=True)
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fa3.flash_attn_func(*leaves, causal=causal, sinks=sinks).backward(dout)
+    got = [t.grad for t in leaves] + [sinks.grad]
+    ref = reference_grads(q, k, v, dout, dtype=reference_dtype(dtype), causal=causal, sinks=sinks.detach())
+    low = reference_grads(q, k, v, dout, dtype=dtype, causal=causal, sinks=sinks.detach())
+    for name, g, r, lo in zip(("dq", "dk", "dv", "dsinks"), got, ref, low):
+        assert g.dtype == (torch.float32 if name == "dsinks" else dtype)
+        check_close(name, g, r, lo, factor=3.0)
+
+
+@pytest.mark.parametrize(
+    "seqlens, options",
+    [((5, 7), {}), ((7, 5), {"causal": True}), ((6, 6), {"window_size": (2, 1), "softcap": 1.5})],
+    ids=["full", "causal-rows-without-keys", "window-softcap"],
+)
+def test_gradcheck_with_sinks(seqlens, options):
+    """gradcheck in q, k, v and the sinks, as test_gradcheck (fp32 at the call)."""
+    gen = torch.Generator().manual_seed(24)
+    shapes = [(1, seqlens[0], 2, 8), (1, seqlens[1], 1, 8), (1, seqlens[1], 1, 8), (2,)]
+    leaves = [torch.randn(s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes]
+
+    def attention(q, k, v, sinks):
+        return fa3.flash_attn_func(q.float(), k.float(), v.float(), sinks=sinks.float(), **options).double()
+
+    assert torch.autograd.gradcheck(attention, leaves, eps=1e-3, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("packed", ["5d", "4d"])
+def test_qkvpacked_sinks(packed):
+    """The sinks reach flash_attn_func, and their gradient the sinks tensor."""
+    gen = torch.Generator().manual_seed(25)
+    if packed == "5d":
+        qkv = torch.randn(2, 30, 3, 4, 64, generator=gen)
+        q, k, v = qkv.unbind(2)
+        num_heads_q = None
+    else:
+        qkv = torch.randn(2, 30, 4 + 2 * 2, 64, generator=gen)
+        q, k, v = qkv.split([4, 2, 2], dim=2)
+        num_heads_q = 4
+    sinks = make_sinks(4, seed=26, requires_grad=True)
+    out = fa3.flash_attn_qkvpacked_func(qkv, causal=True, num_heads_q=num_heads_q, sinks=sinks)
+    assert torch.equal(out, fa3.flash_attn_func(q, k, v, causal=True, sinks=sinks))
+    out.sum().backward()
+    assert sinks.grad is not None and sinks.grad.shape == (4,) and torch.isfinite(sinks.grad).all()

@@ -23,7 +23,7 @@ def make_qkv(requires_grad=False):
 
 def through_op(q, k, v):
     """The op's result for flash_attn_func(q, k, v, causal=True)."""
-    return torch.ops.fa3.fwd(q.detach(), k.detach(), v.detach(), 0.0, True, -1, 0, 0.0, False)[0]
+    return torch.ops.fa3.fwd(q.detach(), k.detach(), v.detach(), None, 0.0, True, -1, 0, 0.0, False)[0]
 
 
 @pytest.fixture
@@ -74,6 +74,17 @@ def test_autograd_takes_the_op(op_calls):
     out.float().sum().backward()
     assert all(t.grad is not None and t.grad.shape == t.shape for t in (q, k, v))
     assert torch.equal(out.detach(), through_op(q, k, v))
+
+
+def test_sinks_take_the_op_when_they_require_grad(op_calls):
+    q, k, v = make_qkv()
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(6))
+    out = fa3.flash_attn_func(q, k, v, causal=True, sinks=sinks)
+    assert op_calls == []
+    sinks.requires_grad_()
+    assert torch.equal(fa3.flash_attn_func(q, k, v, causal=True, sinks=sinks), out)
+    assert len(op_calls) == 1
+    assert torch.equal(out, torch.ops.fa3.fwd(q, k, v, sinks.detach(), 0.0, True, -1, 0, 0.0, False)[0])
 
 
 def test_dispatch_mode_sees_the_op(op_calls):

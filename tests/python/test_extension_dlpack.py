@@ -13,8 +13,9 @@ import fa3  # noqa: E402
 from fa3 import _C  # noqa: E402
 
 
-def reference(q, k, v, causal=False, scale=None):
-    """(out, lse, probs) in float64 for (b, s, h, d) arrays, GQA by repeating k/v heads."""
+def reference(q, k, v, causal=False, scale=None, sinks=None):
+    """(out, lse, probs) in float64 for (b, s, h, d) arrays, GQA by repeating k/v heads;
+    sinks (h,) join each row's denominator (fa3/attention.h)."""
     q, k, v = (a.astype(np.float64) for a in (q, k, v))
     group = q.shape[2] // k.shape[2]
     k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
@@ -24,18 +25,21 @@ def reference(q, k, v, causal=False, scale=None):
     if causal:
         allowed = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
         scores = np.where(allowed, scores, -np.inf)
-    with np.errstate(invalid="ignore", divide="ignore"):  # rows that see no key: 0/0
-        peak = scores.max(axis=-1, keepdims=True)
+    sink = np.full(q.shape[2], -np.inf) if sinks is None else sinks.astype(np.float64)
+    sink = sink[None, :, None, None]
+    with np.errstate(invalid="ignore", divide="ignore"):  # rows that see no key and no sink: 0/0
+        peak = np.maximum(scores.max(axis=-1, keepdims=True), sink)
         weights = np.exp(scores - peak)
-        total = weights.sum(axis=-1, keepdims=True)
+        total = weights.sum(axis=-1, keepdims=True) + np.exp(sink - peak)
         probs = weights / total
     out = np.einsum("bhqk,bkhd->bqhd", probs, v)
     return out, (np.log(total) + peak)[..., 0], probs
 
 
-def reference_grads(q, k, v, dout, causal=False):
-    """dq, dk, dv of sum(out * dout), in float64, with k/v gradients summed over each GQA group."""
-    out, _, probs = reference(q, k, v, causal)
+def reference_grads(q, k, v, dout, causal=False, sinks=None):
+    """dq, dk, dv (and dsinks, with sinks) of sum(out * dout), in float64, with k/v
+    gradients summed over each GQA group."""
+    out, lse, probs = reference(q, k, v, causal, sinks=sinks)
     q64, k64, v64, do = (a.astype(np.float64) for a in (q, k, v, dout))
     group = q.shape[2] // k.shape[2]
     k_rep, v_rep = np.repeat(k64, group, axis=2), np.repeat(v64, group, axis=2)
@@ -51,7 +55,10 @@ def reference_grads(q, k, v, dout, causal=False):
         b, s, _, d = g.shape
         return g.reshape(b, s, k.shape[2], group, d).sum(axis=3)
 
-    return dq, fold(dk_rep), fold(dv_rep)
+    if sinks is None:
+        return dq, fold(dk_rep), fold(dv_rep)
+    dsinks = -(np.exp(sinks.astype(np.float64)[None, :, None] - lse) * row_dot[..., 0]).sum(axis=(0, 2))
+    return dq, fold(dk_rep), fold(dv_rep), dsinks
 
 
 def random_qkv(seqlen_q, seqlen_k, nheads=4, nheads_k=2, head_dim=32, dtype=np.float32, batch=2, seed=0):
@@ -131,6 +138,23 @@ def test_backward_float32():
         assert np.abs(got - want).max() < 1e-4
 
 
+def test_sinks_forward_and_backward_float32():
+    """sinks (a strided view) in both passes; dsinks receives their gradient."""
+    q, k, v = random_qkv(23, 17, seed=8)
+    sinks = (3 * np.random.default_rng(9).standard_normal(8)).astype(np.float32)[::2]
+    dout = np.random.default_rng(10).standard_normal(q.shape).astype(np.float32)
+    out = np.empty_like(q)
+    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), np.float32)
+    _C.forward(q, k, v, out, lse, sinks=sinks, causal=True)
+    ref_out, ref_lse, _ = reference(q, k, v, causal=True, sinks=sinks)
+    assert np.abs(out - ref_out).max() < 1e-5
+    assert np.abs(lse - ref_lse).max() < 1e-5
+    grads = [np.empty_like(a) for a in (q, k, v, sinks)]
+    _C.backward(dout, q, k, v, out, lse, *grads[:3], sinks=sinks, dsinks=grads[3], causal=True)
+    for got, want in zip(grads, reference_grads(q, k, v, dout, causal=True, sinks=sinks)):
+        assert np.abs(got - want).max() < 1e-4
+
+
 def test_backward_workspace_on_host():
     """Host arrays run the CPU path, which needs no workspace: the size query answers 0
     and a workspace given anyway changes nothing."""
@@ -162,6 +186,11 @@ def test_errors_map_to_exceptions():
         _C.forward(q[None], k, v, out, None)
     with pytest.raises(ValueError, match="num_threads"):
         _C.forward(q, k, v, out, None, num_threads=-1)
+    with pytest.raises(ValueError, match=r"sinks: shape \(2\) must be \(nheads_q\) = \(4\)"):
+        _C.forward(q, k, v, out, None, sinks=np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="dsinks: given without sinks"):
+        grads = [np.empty_like(a) for a in (q, k, v)]
+        _C.backward(q, q, k, v, q, np.zeros((2, 4, 8), np.float32), *grads, dsinks=np.empty(4, np.float32))
 
 
 def test_read_only_output_is_refused():

@@ -152,7 +152,22 @@ def test_unbuilt_head_dims_and_dtypes_are_refused_by_the_backward():
         q, k, v = make_qkv(1, 64, 64, 2, 2, head_dim, dtype)
         lse = torch.zeros(1, 2, 64, device="cuda")
         with pytest.raises(NotImplementedError, match=message):
-            torch.ops.fa3.bwd(q, q, k, v, q, lse, 0.0, False, -1, -1, 0.0, False)
+            torch.ops.fa3.bwd(q, q, k, v, q, lse, None, 0.0, False, -1, -1, 0.0, False)
+
+
+def test_sinks_are_refused_by_name():
+    """The kernels do not read sinks yet: both passes refuse them, and a refused backward
+    writes nothing."""
+    q, k, v = make_qkv(1, 64, 64, 2, 2, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
+    sinks = torch.zeros(2, device="cuda")
+    message = "sinks: attention sinks are not implemented on the GPU yet"
+    with pytest.raises(NotImplementedError, match=message):
+        fa3.flash_attn_func(q, k, v, sinks=sinks)
+    out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True)
+    with pytest.raises(NotImplementedError, match=message):
+        torch.ops.fa3.bwd(out, q, k, v, out, lse, sinks, 0.0, False, -1, -1, 0.0, False)
+    with pytest.raises(ValueError, match="sinks: is on cpu but q is on cuda"):
+        fa3.flash_attn_func(q, k, v, sinks=sinks.cpu())
 
 
 def test_mixed_devices_are_refused():
@@ -370,7 +385,8 @@ def test_backward_window_and_softcap_match_or_are_refused(options):
     ref_out, ref_lse = reference(q, k, v, dtype=torch.float32, **options)
     dout = make_dout(q)
     left, right = options.get("window", (-1, -1))
-    args = (dout, q, k, v, ref_out.to(q.dtype), ref_lse, 0.0, False, left, right, options.get("softcap", 0.0), False)
+    mask = (0.0, False, left, right, options.get("softcap", 0.0), False)
+    args = (dout, q, k, v, ref_out.to(q.dtype), ref_lse, None, *mask)
     try:
         grads = torch.ops.fa3.bwd(*args)
     except NotImplementedError as e:

@@ -27,6 +27,17 @@ namespace {
 // ordinary shapes, and small problems are checked whole.
 constexpr std::int64_t kMaxCheckRows = 1'000'000;
 
+// --sinks gives one value for every head, or one per head.
+std::vector<float> per_head_sinks(const std::vector<double>& values, std::int64_t nheads) {
+  if (values.size() != 1 && static_cast<std::int64_t>(values.size()) != nheads) {
+    throw UsageError("--sinks: " + std::to_string(values.size()) + " values for " + std::to_string(nheads) +
+                     " heads; give one value, or one per head (--nheads values)");
+  }
+  std::vector<float> sinks(static_cast<std::size_t>(nheads));
+  for (std::size_t h = 0; h < sinks.size(); ++h) sinks[h] = static_cast<float>(values[values.size() == 1 ? 0 : h]);
+  return sinks;
+}
+
 }  // namespace
 
 RunConfig parse_run(const std::vector<std::string>& args) {
@@ -34,6 +45,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
   AttentionShape& s = c.shape;
   std::int64_t seqlen = s.seqlen_q;
   std::optional<std::int64_t> seqlen_q, seqlen_k, nheads_kv;
+  std::vector<double> sinks;
   std::vector<Flag> flags = {
       size_flag("batch", &s.batch),
       size_flag("seqlen", &seqlen),
@@ -53,6 +65,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
        [&](const std::string& v) { s.options.softcap = static_cast<float>(parse_nonnegative("softcap", v)); }},
       {"scale", true,
        [&](const std::string& v) { s.options.softmax_scale = static_cast<float>(parse_nonnegative("scale", v)); }},
+      {"sinks", true, [&](const std::string& v) { sinks = parse_number_list("sinks", v); }},
       {"check-rows", true,
        [&](const std::string& v) { c.check_rows = parse_int("check-rows", v, 0, kMaxCheckRows); }},
   };
@@ -65,6 +78,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
   s.seqlen_k = seqlen_k.value_or(seqlen);
   s.nheads_kv = nheads_kv.value_or(s.nheads_q);
   s.dtype = c.exec.dtype;
+  if (!sinks.empty()) s.sinks = per_head_sinks(sinks, s.nheads_q);
 
   check_execution(c.exec);
   check_pass(c.pass);
@@ -86,7 +100,7 @@ int run_forward(const RunConfig& config) {
 
   TensorCapacity capacity;
   capacity.grow_to(shape);
-  HostTensors host(capacity, shape.dtype, config.exec.seed);
+  HostTensors host(capacity, shape.dtype, config.exec.seed, shape.sinks);
   const ForwardArgs host_args = forward_args(shape, host.pointers());
 
   Timing t;

@@ -11,5 +11,6 @@ namespace fa3::cli {
 int info_command(const std::vector<std::string>& args);
 int run_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+int tune_command(const std::vector<std::string>& args);
 
 }  // namespace fa3::cli

@@ -10,6 +10,10 @@ DeviceTensors::DeviceTensors(const HostTensors& host)
   cuda_check(cudaMemcpy(v_.get(), h.v, host.kv_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy of v");
   cuda_check(cudaMemset(out_.get(), 0xff, host.q_bytes()), "cudaMemset of out");
   cuda_check(cudaMemset(lse_.get(), 0xff, host.lse_bytes()), "cudaMemset of lse");
+  if (host.sinks_bytes() > 0) {
+    sinks_ = DeviceBuffer(host.sinks_bytes());
+    cuda_check(cudaMemcpy(sinks_.get(), h.sinks, host.sinks_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy of sinks");
+  }
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the uploads");
 }
 

@@ -9,11 +9,13 @@ namespace fa3::cli {
 
 class DeviceTensors {
  public:
-  // Uploads q, k and v; fills out and lse with the NaN pattern, as on the host.
+  // Uploads q, k, v and the sinks (when there are); fills out and lse with the NaN
+  // pattern, as on the host.
   explicit DeviceTensors(const HostTensors& host);
 
   TensorPointers pointers() const {
-    return {q_.get(), k_.get(), v_.get(), out_.get(), static_cast<float*>(lse_.get())};
+    return {
+        q_.get(), k_.get(), v_.get(), out_.get(), static_cast<float*>(lse_.get()), static_cast<float*>(sinks_.get())};
   }
 
   // Copies out and lse into the host tensors (waits for all device work first).
@@ -21,6 +23,7 @@ class DeviceTensors {
 
  private:
   DeviceBuffer q_, k_, v_, out_, lse_;
+  DeviceBuffer sinks_;  // unallocated (null) without sinks
 };
 
 class DeviceGradients {

@@ -22,6 +22,13 @@ bool to_int(std::string_view text, std::int64_t* value) {
   return ec == std::errc() && ptr == end && !text.empty();
 }
 
+// Whole-string finite number parse, as strict as to_int.
+bool to_finite(std::string_view text, double* value) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *value);
+  return ec == std::errc() && ptr == end && !text.empty() && std::isfinite(*value);
+}
+
 std::vector<std::string_view> split_commas(std::string_view text) {
   std::vector<std::string_view> parts;
   std::size_t start = 0;
@@ -80,12 +87,18 @@ std::int64_t parse_int(const std::string& flag, const std::string& text, std::in
 
 double parse_nonnegative(const std::string& flag, const std::string& text) {
   double v = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || ptr != end || text.empty() || !std::isfinite(v) || v < 0) {
-    bad_value(flag, "a finite number >= 0", text);
-  }
+  if (!to_finite(text, &v) || v < 0) bad_value(flag, "a finite number >= 0", text);
   return v;
+}
+
+std::vector<double> parse_number_list(const std::string& flag, const std::string& text) {
+  std::vector<double> values;
+  for (std::string_view part : split_commas(text)) {
+    double v = 0;
+    if (!to_finite(part, &v)) bad_value(flag, "a finite number or a comma-separated list of them", text);
+    values.push_back(v);
+  }
+  return values;
 }
 
 std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::string& text, std::int64_t min,

@@ -29,6 +29,8 @@ bool asks_for_help(const std::vector<std::string>& args);
 std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t min, std::int64_t max);
 // A finite number >= 0.
 double parse_nonnegative(const std::string& flag, const std::string& text);
+// Comma-separated finite numbers; at least one.
+std::vector<double> parse_number_list(const std::string& flag, const std::string& text);
 // Comma-separated integers in [min, max]; at least one.
 std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::string& text, std::int64_t min,
                                          std::int64_t max);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <thread>
 #include <utility>
@@ -76,6 +77,7 @@ void two_dots(const double* q, const double* k, const double* o, const double* v
 struct RowPass {
   std::int64_t first = 0;
   std::int64_t last = -1;
+  double sink = 0;  // the head's sink logit; -inf without sinks
   std::vector<double> q, dout;
   std::vector<double> score;  // after scale and softcap, for key first + n
   std::vector<double> slope;  // d score / d(q . k)
@@ -91,6 +93,8 @@ struct RowPass {
   void start(const Problem& p, const BackwardArgs& a, std::int64_t batch, std::int64_t h, std::int64_t i) {
     first = p.first_key(i);
     last = p.last_key(i);
+    sink = a.sinks.defined() ? static_cast<const float*>(a.sinks.data)[h * a.sinks.stride[0]]
+                             : -std::numeric_limits<double>::infinity();
     q.resize(static_cast<std::size_t>(p.head_dim));
     dout.resize(q.size());
     load_row(a.q, batch, i, h, q.data());
@@ -117,11 +121,12 @@ struct RowPass {
     }
   }
 
-  // lse and D, once every key is in.
+  // lse and D, once every key is in. The sink joins the max and the sum (its weight is
+  // exactly 0 without sinks) but not D: it has no value.
   void finish() {
     if (score.empty()) return;
-    const double max = *std::max_element(score.begin(), score.end());
-    double sum = 0;
+    const double max = std::max(sink, *std::max_element(score.begin(), score.end()));
+    double sum = std::exp(sink - max);
     double weighted = 0;  // sum of exp(score - max) * dP: D before normalisation
     for (std::size_t m = 0; m < score.size(); ++m) {
       const double e = std::exp(score[m] - max);

@@ -2,7 +2,7 @@
 // problem of any size can be checked without its full reference.
 //
 // For query row i of a head and key j it sees, with s_ij its score after the scale
-// and the softcap:
+// and the softcap, and lse_i including the head's sink when there are sinks:
 //   P_ij = exp(s_ij - lse_i),   dP_ij = dO_i . v_j,   D_i = sum_j P_ij dP_ij,
 //   dS_ij = P_ij (dP_ij - D_i) * ds_ij / d(q_i . k_j),
 //   dq_i = sum_j dS_ij k_j,   dk_j = sum dS_ij q_i,   dv_j = sum P_ij dO_i,
@@ -26,7 +26,8 @@ struct GradientRows {
   std::vector<double> dv;
 };
 
-// `args` are host views; only q, k, v and dout are read (lse and D are recomputed).
+// `args` are host views; only q, k, v, dout and the sinks are read (lse and D are
+// recomputed). The sinks' own gradient is not computed.
 // Key rows are RowRefs whose head is a KV head and whose row is a key. `threads` 0: one
 // per hardware thread; the result does not depend on it beyond fp64 rounding.
 GradientRows reference_gradients(const Problem& p, const BackwardArgs& args,

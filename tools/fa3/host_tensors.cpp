@@ -85,20 +85,24 @@ void fill_normal(void* data, DType dtype, std::int64_t count, std::uint64_t seed
 
 void fill_nan(void* data, std::size_t bytes) { std::memset(data, 0xff, bytes); }
 
-HostTensors::HostTensors(const TensorCapacity& capacity, DType dtype, std::uint64_t seed)
+HostTensors::HostTensors(const TensorCapacity& capacity, DType dtype, std::uint64_t seed,
+                         const std::vector<float>& sinks)
     : q_bytes_(bytes_of(capacity.q_elements, dtype)),
       kv_bytes_(bytes_of(capacity.kv_elements, dtype)),
       lse_bytes_(bytes_of(capacity.lse_elements, DType::kFloat32)),
+      sinks_bytes_(sinks.size() * sizeof(float)),
       q_(allocate(q_bytes_, "q")),
       k_(allocate(kv_bytes_, "k")),
       v_(allocate(kv_bytes_, "v")),
       out_(allocate(q_bytes_, "out")),
-      lse_(allocate(lse_bytes_, "lse")) {
+      lse_(allocate(lse_bytes_, "lse")),
+      sinks_(allocate(sinks_bytes_, "sinks")) {
   fill_normal(q_.get(), dtype, capacity.q_elements, seed, 0);
   fill_normal(k_.get(), dtype, capacity.kv_elements, seed, 1);
   fill_normal(v_.get(), dtype, capacity.kv_elements, seed, 2);
   fill_nan(out_.get(), q_bytes_);
   fill_nan(lse_.get(), lse_bytes_);
+  std::copy(sinks.begin(), sinks.end(), reinterpret_cast<float*>(sinks_.get()));
 }
 
 HostGradients::HostGradients(const TensorCapacity& capacity, DType dtype, std::uint64_t seed)

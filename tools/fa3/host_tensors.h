@@ -1,5 +1,5 @@
-// fa3 program — host buffers for q, k, v, out and lse, and for the backward's dout, dq,
-// dk and dv, with random normal inputs.
+// fa3 program — host buffers for q, k, v, out, lse and the sinks, and for the backward's
+// dout, dq, dk and dv, with random normal inputs.
 #pragma once
 
 #include <cstddef>
@@ -22,20 +22,27 @@ void fill_nan(void* data, std::size_t bytes);
 
 class HostTensors {
  public:
-  // q, k, v random normal (independent streams of `seed`); out and lse NaN.
-  HostTensors(const TensorCapacity& capacity, DType dtype, std::uint64_t seed);
+  // q, k, v random normal (independent streams of `seed`); out and lse NaN; `sinks` as
+  // given (empty: none).
+  HostTensors(const TensorCapacity& capacity, DType dtype, std::uint64_t seed, const std::vector<float>& sinks = {});
 
   TensorPointers pointers() const {
-    return {q_.get(), k_.get(), v_.get(), out_.get(), reinterpret_cast<float*>(lse_.get())};
+    return {q_.get(),
+            k_.get(),
+            v_.get(),
+            out_.get(),
+            reinterpret_cast<float*>(lse_.get()),
+            sinks_bytes_ > 0 ? reinterpret_cast<float*>(sinks_.get()) : nullptr};
   }
   std::size_t q_bytes() const { return q_bytes_; }
   std::size_t kv_bytes() const { return kv_bytes_; }
   std::size_t lse_bytes() const { return lse_bytes_; }
+  std::size_t sinks_bytes() const { return sinks_bytes_; }  // 0: no sinks
 
  private:
-  std::size_t q_bytes_, kv_bytes_, lse_bytes_;
+  std::size_t q_bytes_, kv_bytes_, lse_bytes_, sinks_bytes_;
   // Left uninitialised by allocation: every byte is filled right after.
-  std::unique_ptr<std::byte[]> q_, k_, v_, out_, lse_;
+  std::unique_ptr<std::byte[]> q_, k_, v_, out_, lse_, sinks_;
 };
 
 class HostGradients {

@@ -1,4 +1,4 @@
-// fa3 — the command-line program: `fa3 info`, `fa3 run`, `fa3 bench`.
+// fa3 — the command-line program: `fa3 info`, `fa3 run`, `fa3 bench`, `fa3 tune`.
 //
 // Every failure ends here as an exit status and a message on stderr; no exception
 // leaves main().
@@ -25,6 +25,7 @@ constexpr Command kCommands[] = {
     {"info", info_usage, info_command},
     {"run", run_usage, run_command},
     {"bench", bench_usage, bench_command},
+    {"tune", tune_usage, tune_command},
 };
 
 int usage_error(const std::string& prefix, const std::string& message, const char* usage) {

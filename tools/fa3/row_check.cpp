@@ -79,7 +79,7 @@ RowCheck check_rows(const Problem& p, const ForwardArgs& args, const std::vector
   c.nan_lse = args.lse.defined() ? count_nans(args.lse) : 0;
   bool lse_ok = true;
   if (!rows.empty()) {
-    const reference::ForwardResult ref = reference::forward_rows(p, args.q, args.k, args.v, rows);
+    const reference::ForwardResult ref = reference::forward_rows(p, args.q, args.k, args.v, rows, args.sinks);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const reference::RowRef& row = rows[r];
       for (std::int64_t d = 0; d < p.head_dim; ++d) {

@@ -89,7 +89,7 @@ int run_backward(const RunConfig& config) {
 
   TensorCapacity capacity;
   capacity.grow_to(shape);
-  HostTensors host(capacity, shape.dtype, config.exec.seed);
+  HostTensors host(capacity, shape.dtype, config.exec.seed, shape.sinks);
   HostGradients grads(capacity, shape.dtype, config.exec.seed);
   const BackwardRun run = gpu ? run_on_gpu(config, timing, host, grads) : run_on_cpu(config, timing, host, grads);
 

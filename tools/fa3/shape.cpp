@@ -34,6 +34,16 @@ std::string AttentionShape::describe() const {
   }
   if (options.softcap > 0.f) s << ", softcap " << options.softcap;
   if (options.softmax_scale > 0.f) s << ", scale " << options.softmax_scale;
+  if (!sinks.empty()) {
+    const bool same = std::all_of(sinks.begin(), sinks.end(), [&](float x) { return x == sinks.front(); });
+    s << ", sinks ";
+    if (same) {
+      s << sinks.front();
+    } else {
+      for (std::size_t h = 0; h < sinks.size(); ++h) s << (h ? ", " : "(") << sinks[h];
+      s << ")";
+    }
+  }
   return s.str();
 }
 
@@ -45,6 +55,7 @@ ForwardArgs forward_args(const AttentionShape& shape, const TensorPointers& ptrs
   a.v = TensorView::contiguous(ptrs.v, s.dtype, {s.batch, s.seqlen_k, s.nheads_kv, s.head_dim});
   a.out = TensorView::contiguous(ptrs.out, s.dtype, {s.batch, s.seqlen_q, s.nheads_q, s.head_dim});
   a.lse = TensorView::contiguous(ptrs.lse, DType::kFloat32, {s.batch, s.nheads_q, s.seqlen_q});
+  if (ptrs.sinks != nullptr) a.sinks = TensorView::contiguous(ptrs.sinks, DType::kFloat32, {s.nheads_q});
   a.options = s.options;
   return a;
 }
@@ -59,6 +70,7 @@ BackwardArgs backward_args(const AttentionShape& shape, const TensorPointers& pt
   a.v = f.v;
   a.out = f.out;
   a.lse = f.lse;
+  a.sinks = f.sinks;
   a.dout = TensorView::contiguous(grads.dout, s.dtype, {s.batch, s.seqlen_q, s.nheads_q, s.head_dim});
   a.dq = TensorView::contiguous(grads.dq, s.dtype, {s.batch, s.seqlen_q, s.nheads_q, s.head_dim});
   a.dk = TensorView::contiguous(grads.dk, s.dtype, {s.batch, s.seqlen_k, s.nheads_kv, s.head_dim});

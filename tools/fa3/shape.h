@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "fa3/attention.h"
 
@@ -18,6 +19,7 @@ struct AttentionShape {
   std::int64_t head_dim = 128;
   DType dtype = DType::kBFloat16;
   AttentionOptions options;
+  std::vector<float> sinks;  // attention sinks, one per query head; empty: none
 
   // Element counts; throw RunError when one does not fit in 64 bits (sizes up to int32
   // each can multiply past it).
@@ -25,21 +27,24 @@ struct AttentionShape {
   std::int64_t kv_elements() const;
   std::int64_t lse_elements() const;
 
-  // "batch 1, seqlen_q 512, seqlen_k 512, nheads 8 (kv 8), head dim 128, bf16, causal"
+  // "batch 1, seqlen_q 512, seqlen_k 512, nheads 8 (kv 8), head dim 128, bf16, causal",
+  // then ", sinks 0.5" (every head's) or ", sinks (0.5, -1, ...)" when there are sinks.
   std::string describe() const;
 };
 
-// Base pointers of the five tensors; q, k, v, out in the shape's dtype, lse fp32.
+// Base pointers of the five tensors; q, k, v, out in the shape's dtype, lse fp32; and of
+// the sinks (fp32), null without them.
 struct TensorPointers {
   void* q = nullptr;
   void* k = nullptr;
   void* v = nullptr;
   void* out = nullptr;
   float* lse = nullptr;
+  float* sinks = nullptr;
 };
 
 // q, out (batch, seqlen_q, nheads_q, head_dim); k, v (batch, seqlen_k, nheads_kv,
-// head_dim); lse (batch, nheads_q, seqlen_q); all contiguous.
+// head_dim); lse (batch, nheads_q, seqlen_q); sinks (nheads_q) when given; all contiguous.
 ForwardArgs forward_args(const AttentionShape& shape, const TensorPointers& ptrs);
 
 // Base pointers of the backward's own tensors, in the shape's dtype: dout and dq like q,
@@ -51,8 +56,9 @@ struct GradientPointers {
   void* dv = nullptr;
 };
 
-// The forward's views of `ptrs` (its out and lse being the backward's inputs) with the
-// gradients of `grads`, all contiguous; no workspace.
+// The forward's views of `ptrs` (its out, lse and sinks being the backward's inputs) with
+// the gradients of `grads`, all contiguous; no workspace, and no dsinks: `fa3 run` checks
+// dq, dk and dv.
 BackwardArgs backward_args(const AttentionShape& shape, const TensorPointers& ptrs, const GradientPointers& grads,
                            bool deterministic);
 

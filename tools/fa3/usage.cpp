@@ -13,6 +13,9 @@ commands:
            inputs: timed, and checked against the exact reference
   bench    a sweep of shapes, forward or backward, timed; optional JSON and
            CSV output
+  tune     times every forward kernel on a sweep of shapes (or one) and keeps
+           the fastest of each problem class in the tuning cache, which
+           fa3::forward uses when FA3_AUTOTUNE=1; --show lists the cache
 
 `fa3 <command> --help` lists a command's options.
 exit status: 0 ok, 1 error from the library or CUDA, 2 bad arguments,
@@ -59,6 +62,10 @@ attention:
   --window L,R       sliding window: query i sees keys i-L .. i+R (-1: unbounded)
   --softcap X        scores become X * tanh(scores / X) (default 0: off)
   --scale X          softmax scale (default 0: 1/sqrt(head dim))
+  --sinks X[,X...]   attention sinks: one logit for every head, or one per head
+                     (--nheads values), in each row's softmax denominator; lse
+                     includes them. With --backward, dq, dk and dv are checked,
+                     the sinks' own gradient is not asked for
 execution:
   --device D         auto | gpu | cpu (default auto: the GPU when it is a Hopper
                      GPU with kernels for the dtype, else the CPU)
@@ -134,6 +141,57 @@ A record: {"impl": "fa3", "pass": "fwd" | "bwd", "dtype", "hdim", "causal",
 GPU's name or "cpu"}, and for "bwd" "deterministic" (true | false) last; the CSV
 of a backward sweep has that column too. A shape the library rejects is reported
 and left out of the files, and the exit status is then 1.
+)";
+}
+
+const char* tune_usage() {
+  return R"(usage: fa3 tune [options]
+       fa3 tune --show
+
+Times every compiled forward kernel on random inputs for each problem of a sweep
+(or for one problem) and writes the fastest of each problem class into the tuning
+cache of this GPU. With FA3_AUTOTUNE=1 in the environment (or fa3::set_autotune /
+fa3.set_autotune), fa3::forward runs the cached kernel for a problem's class, and
+its built-in choice for classes the cache does not hold. Needs a Hopper GPU.
+
+A problem class is: dtype, head dim, mask (plain or causal), the query length's
+and the key length's bucket, and the GQA ratio's bucket (nheads / nheads-kv); a
+bucket is the smallest power of two at or above the value (seqlen 1025 to 2048:
+bucket 2048). The cache is keyed by GPU name, SM count, CUDA driver version and
+fa3 version. It lives in $FA3_TUNE_CACHE when set, else in
+$XDG_CACHE_HOME/fa3/ or ~/.cache/fa3/ as tune-<GPU>-<SMs>sm-cuda<driver>-fa3-
+<version>.txt. An entry added replaces the one of its class.
+
+sweep (the default: the ANCHORS.md sweep, head dims 64, 128, 256 (those compiled
+  into this build) x causal no, yes x seqlen 512, 1024, 2048, 4096, 8192, 16384;
+  16384 tokens, hidden 2048, as `fa3 bench`):
+  --head-dims LIST   comma-separated head dims
+  --seqlens LIST     comma-separated sequence lengths (query and key)
+  --causal           causal shapes only
+  --non-causal       non-causal shapes only (neither or both: both)
+  --gqa LIST         GQA ratios, query heads per key/value head; each must
+                     divide nheads (default 1)
+  --tokens N         batch x seqlen; batch = max(1, N / seqlen)
+  --hidden N         nheads x head dim; nheads = max(1, N / head dim)
+one problem (any of these flags selects it; defaults as in `fa3 run`):
+  --batch N, --seqlen N, --seqlen-q N, --seqlen-k N, --nheads N,
+  --nheads-kv N, --head-dim N, and --causal for the causal mask
+both:
+  --dtype T          bf16 | fp16 (default bf16)
+  --warmup N         untimed calls of each kernel first (default 5)
+  --iters N          timed calls of each kernel, taking turns; the median
+                     counts (default 20)
+  --seed N           random seed of the inputs (default 0)
+  --dry-run          time and print, but leave the cache as it is
+  --show             list the cache's entries for this GPU instead; no other
+                     option goes with it
+  -h, --help         this text
+
+The table: each problem's class, the number of kernels timed, the fastest and
+its median time, the built-in choice and its median time, and the speedup of
+the fastest over the built-in choice. A problem the library rejects is reported
+and left out of the cache, and the exit status is then 1; so is a run without a
+usable GPU.
 )";
 }
 

@@ -7,5 +7,6 @@ const char* main_usage();
 const char* info_usage();
 const char* run_usage();
 const char* bench_usage();
+const char* tune_usage();
 
 }  // namespace fa3::cli

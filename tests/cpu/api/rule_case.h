@@ -13,7 +13,9 @@
 
 namespace fa3::test {
 
-enum class TargetKind { kDeviceLike, kCpu };
+// kDeviceWithSinks: the device-like target taking sinks, as the GPU's will once its
+// kernels do, so that the rules on sinks checked before the GPU's refusal can be broken.
+enum class TargetKind { kDeviceLike, kCpu, kDeviceWithSinks };
 
 template <class Args>
 struct RuleCase {
@@ -44,7 +46,10 @@ void PrintTo(const RuleCase<Args>& c, std::ostream* os) {
 }
 
 inline ValidationTarget make_target(TargetKind kind) {
-  return kind == TargetKind::kCpu ? cpu_target() : device_like_target();
+  if (kind == TargetKind::kCpu) return cpu_target();
+  ValidationTarget t = device_like_target();
+  t.supports_sinks = kind == TargetKind::kDeviceWithSinks;
+  return t;
 }
 
 template <class Args>

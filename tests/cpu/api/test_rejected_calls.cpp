@@ -101,6 +101,35 @@ TEST_P(CpuBackwardRejection, LeavesGradientsUntouched) {
 }
 INSTANTIATE_TEST_SUITE_P(Rules, CpuBackwardRejection, ::testing::ValuesIn(rejections()), rejection_name);
 
+TEST(CpuForwardRejection, BadSinksLeaveOutputsUntouched) {
+  ValidArgs valid;
+  ForwardArgs a = valid.forward_with_sinks();
+  a.sinks.shape[0] = 3;
+  valid.out().fill_nan_pattern();
+  valid.lse().fill_nan_pattern();
+  const auto out_before = valid.out().snapshot();
+  const auto lse_before = valid.lse().snapshot();
+  expect_status(cpu::forward(a), StatusCode::kInvalidArgument, "sinks: shape (3) must be (nheads_q) = (4)");
+  EXPECT_TRUE(valid.out().equals(out_before));
+  EXPECT_TRUE(valid.lse().equals(lse_before));
+}
+
+TEST(CpuBackwardRejection, BadDsinksLeaveGradientsUntouched) {
+  ValidArgs valid;
+  BackwardArgs a = valid.backward_with_sinks();
+  a.dsinks.dtype = DType::kBFloat16;
+  for (HostBuffer* b : {&valid.dq(), &valid.dk(), &valid.dv(), &valid.dsinks()}) b->fill_nan_pattern();
+  const auto dq_before = valid.dq().snapshot();
+  const auto dk_before = valid.dk().snapshot();
+  const auto dv_before = valid.dv().snapshot();
+  const auto dsinks_before = valid.dsinks().snapshot();
+  expect_status(cpu::backward(a), StatusCode::kInvalidArgument, "dsinks: dtype must be fp32, got bf16");
+  EXPECT_TRUE(valid.dq().equals(dq_before));
+  EXPECT_TRUE(valid.dk().equals(dk_before));
+  EXPECT_TRUE(valid.dv().equals(dv_before));
+  EXPECT_TRUE(valid.dsinks().equals(dsinks_before));
+}
+
 TEST(CpuBackwardRejection, NamesTheGradientThatBreaksARule) {
   ValidArgs valid;
   BackwardArgs a = valid.backward();

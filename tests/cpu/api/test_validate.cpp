@@ -344,6 +344,7 @@ TEST(Targets, CpuTargetIsHostWithEveryFeature) {
   EXPECT_EQ(t.max_head_dim, 256);
   EXPECT_TRUE(t.supports_window);
   EXPECT_TRUE(t.supports_softcap);
+  EXPECT_TRUE(t.supports_sinks);
   EXPECT_FALSE(static_cast<bool>(t.locate));
 }
 

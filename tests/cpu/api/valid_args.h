@@ -61,7 +61,8 @@ class ValidArgs {
   explicit ValidArgs(const ArgsShape& s = {})
       : shape_(s),
         q_(bytes_qlike()), k_(bytes_kvlike()), v_(bytes_kvlike()), out_(bytes_qlike()), lse_(bytes_lse()),
-        dout_(bytes_qlike()), dq_(bytes_qlike()), dk_(bytes_kvlike()), dv_(bytes_kvlike()) {}
+        dout_(bytes_qlike()), dq_(bytes_qlike()), dk_(bytes_kvlike()), dv_(bytes_kvlike()),
+        sinks_(bytes_heads()), dsinks_(bytes_heads()) {}
 
   const ArgsShape& shape() const { return shape_; }
 
@@ -89,11 +90,26 @@ class ValidArgs {
     return a;
   }
 
+  // The same with attention sinks (and, for the backward, their gradient dsinks).
+  ForwardArgs forward_with_sinks() const {
+    ForwardArgs a = forward();
+    a.sinks = heads(sinks_);
+    return a;
+  }
+
+  BackwardArgs backward_with_sinks() const {
+    BackwardArgs a = backward();
+    a.sinks = heads(sinks_);
+    a.dsinks = heads(dsinks_);
+    return a;
+  }
+
   HostBuffer& out() { return out_; }
   HostBuffer& lse() { return lse_; }
   HostBuffer& dq() { return dq_; }
   HostBuffer& dk() { return dk_; }
   HostBuffer& dv() { return dv_; }
+  HostBuffer& dsinks() { return dsinks_; }
 
  private:
   std::size_t elem() const { return dtype_size(shape_.dtype); }
@@ -106,6 +122,7 @@ class ValidArgs {
   std::size_t bytes_lse() const {
     return static_cast<std::size_t>(shape_.batch * shape_.nheads_q * shape_.seqlen_q) * sizeof(float);
   }
+  std::size_t bytes_heads() const { return static_cast<std::size_t>(shape_.nheads_q) * sizeof(float); }
 
   TensorView qlike(const HostBuffer& b) const {
     return TensorView::contiguous(b.data(), shape_.dtype,
@@ -118,13 +135,16 @@ class ValidArgs {
   TensorView lse(const HostBuffer& b) const {
     return TensorView::contiguous(b.data(), DType::kFloat32, {shape_.batch, shape_.nheads_q, shape_.seqlen_q});
   }
+  TensorView heads(const HostBuffer& b) const {
+    return TensorView::contiguous(b.data(), DType::kFloat32, {shape_.nheads_q});
+  }
 
   ArgsShape shape_;
-  HostBuffer q_, k_, v_, out_, lse_, dout_, dq_, dk_, dv_;
+  HostBuffer q_, k_, v_, out_, lse_, dout_, dq_, dk_, dv_, sinks_, dsinks_;
 };
 
 // A GPU-like target that runs on any machine: the GPU's dtypes and head dims, no
-// window or softcap, and a pointer check that accepts everything unless told which
+// window, softcap or sinks, and a pointer check that accepts everything unless told which
 // pointer to refuse and how to describe it.
 inline ValidationTarget device_like_target(const void* refused = nullptr, std::string where = "host memory") {
   ValidationTarget t;
@@ -133,6 +153,7 @@ inline ValidationTarget device_like_target(const void* refused = nullptr, std::s
   t.head_dims = {64, 96, 128, 192, 256};
   t.supports_window = false;
   t.supports_softcap = false;
+  t.supports_sinks = false;
   t.locate = [refused, where](const void* ptr) { return ptr == refused ? where : std::string(); };
   return t;
 }

@@ -66,7 +66,8 @@ inline void expect_tiled_matches_exact(const Case& c, std::uint64_t seed,
   SCOPED_TRACE(c.name() + " blocks " + std::to_string(config.block_m) + "x" + std::to_string(config.block_n));
   Attention a = make_attention(c, seed);
   reference::tiled_forward(a.problem, a.args(), config);
-  const reference::ForwardResult ref = reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view());
+  const reference::ForwardResult ref =
+      reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view(), reference::Precision::kExact, a.sinks_view());
 
   const double vmax = max_abs(a.v.values());
   expect_close("out", a.out, ref.out, score_growth * kFp32OutTolerance * vmax, storage_rounding(c.dtype));

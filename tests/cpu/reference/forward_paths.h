@@ -47,16 +47,19 @@ inline reference::ForwardResult written_outputs(const Attention& a) { return {a.
 inline std::vector<ForwardPath> forward_paths() {
   return {
       {"naive exact",
-       [](Attention& a) { return reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view()); }},
+       [](Attention& a) {
+         return reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view(), reference::Precision::kExact,
+                                   a.sinks_view());
+       }},
       {"naive like inputs",
        [](Attention& a) {
-         return reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view(),
-                                   reference::Precision::kLikeInputs);
+         return reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view(), reference::Precision::kLikeInputs,
+                                   a.sinks_view());
        }},
       {"forward_rows",
        [](Attention& a) {
-         return rows_to_canonical(
-             a.problem, reference::forward_rows(a.problem, a.q.view(), a.k.view(), a.v.view(), all_rows(a.problem)));
+         return rows_to_canonical(a.problem, reference::forward_rows(a.problem, a.q.view(), a.k.view(), a.v.view(),
+                                                                     all_rows(a.problem), a.sinks_view()));
        }},
       {"tiled",
        [](Attention& a) {

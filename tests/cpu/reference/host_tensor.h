@@ -156,6 +156,8 @@ struct Case {
   int window_right = -1;
   float softcap = 0.f;
   float softmax_scale = 0.f;
+  // > 0: one sink per query head, drawn from N(0, sinks_stddev^2) after q, k, v; 0: none.
+  float sinks_stddev = 0.f;
   Layout layout;      // of q, k, v and out
   Layout lse_layout;  // (batch, nheads, seqlen): only the first three entries are used
 
@@ -173,7 +175,8 @@ struct Case {
     std::ostringstream s;
     s << "b" << batch << " sq" << seqlen_q << " sk" << seqlen_k << " h" << nheads_q << ":" << nheads_kv << " d"
       << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "") << " window(" << window_left << ","
-      << window_right << ")" << " softcap" << softcap << (layout.order[1] != 1 ? " strided" : "");
+      << window_right << ")"
+      << " softcap" << softcap << (layout.order[1] != 1 ? " strided" : "") << (sinks_stddev > 0.f ? " sinks" : "");
     return s.str();
   }
 };
@@ -181,8 +184,13 @@ struct Case {
 // Random inputs, NaN-filled outputs and the resolved Problem of one case.
 struct Attention {
   HostTensor q, k, v, out, lse;
+  HostTensor sinks;  // fp32 (nheads_q) when has_sinks
+  bool has_sinks = false;
   AttentionOptions options;
   Problem problem;
+
+  // The view of the sinks, undefined without them: what every entry point takes.
+  TensorView sinks_view() { return has_sinks ? sinks.view() : TensorView{}; }
 
   ForwardArgs args() {
     ForwardArgs a;
@@ -191,6 +199,7 @@ struct Attention {
     a.v = v.view();
     a.out = out.view();
     a.lse = lse.view();
+    a.sinks = sinks_view();
     a.options = options;
     return a;
   }
@@ -207,6 +216,12 @@ inline Attention make_attention(const Case& c, std::uint64_t seed) {
   a.q.fill_normal(rng);
   a.k.fill_normal(rng);
   a.v.fill_normal(rng);
+  // Drawn after q, k and v, so that a case with sinks has the same q, k and v as one without.
+  a.has_sinks = c.sinks_stddev > 0.f;
+  if (a.has_sinks) {
+    a.sinks = HostTensor(DType::kFloat32, {c.nheads_q});
+    a.sinks.fill_normal(rng, c.sinks_stddev);
+  }
   a.out.fill_nan();
   a.lse.fill_nan();
   a.options = c.options();

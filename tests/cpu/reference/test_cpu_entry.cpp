@@ -43,12 +43,15 @@ TEST(CpuEntryForward, MatchesTheExactReference) {
   capped.window_right = 5;
   capped.softcap = 1.f;
   capped.dtype = DType::kFloat16;
-  for (const Case& c : {plain, capped}) {
+  Case sunk = api_case();
+  sunk.sinks_stddev = 3.f;
+  for (const Case& c : {plain, capped, sunk}) {
     SCOPED_TRACE(c.name());
     Attention a = make_attention(c, 800);
     const Status st = cpu::forward(a.args());
     ASSERT_TRUE(st.is_ok()) << st.to_string();
-    const reference::ForwardResult ref = reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view());
+    const reference::ForwardResult ref =
+        reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view(), reference::Precision::kExact, a.sinks_view());
     expect_close("out", a.out, ref.out, kFp32OutTolerance * max_abs(a.v.values()), storage_rounding(c.dtype));
     expect_close("lse", a.lse, ref.lse, kFp32LseTolerance, kFp32LseTolerance);
     EXPECT_TRUE(a.out.padding_is_nan());
@@ -90,20 +93,22 @@ TEST(CpuEntryForward, RejectedCallsLeaveOutputsUntouched) {
   }
 }
 
-// Gradients, with their buffers, for one case.
+// Gradients, with their buffers, for one case; dsinks is asked for when the case has sinks.
 struct Gradients {
-  HostTensor dout, dq, dk, dv;
+  HostTensor dout, dq, dk, dv, dsinks;
 
   explicit Gradients(const Case& c) {
     dout = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
     dq = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
     dk = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
     dv = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
+    dsinks = HostTensor(DType::kFloat32, {c.nheads_q});
     std::mt19937_64 rng(804);
     dout.fill_normal(rng);
     dq.fill_nan();
     dk.fill_nan();
     dv.fill_nan();
+    dsinks.fill_nan();
   }
 
   BackwardArgs args(Attention& a) {
@@ -117,6 +122,8 @@ struct Gradients {
     b.dq = dq.view();
     b.dk = dk.view();
     b.dv = dv.view();
+    b.sinks = a.sinks_view();
+    if (a.has_sinks) b.dsinks = dsinks.view();
     b.options = a.options;
     return b;
   }
@@ -143,6 +150,31 @@ TEST(CpuEntryBackward, WritesTheExactGradients) {
     });
     EXPECT_TRUE(got->padding_is_nan());
   }
+}
+
+// With sinks: the gradients as above, and dsinks the reference's, rounded once to fp32.
+TEST(CpuEntryBackward, WritesTheExactGradientsOfSinks) {
+  Case c = api_case();
+  c.sinks_stddev = 3.f;
+  Attention a = make_attention(c, 807);
+  ASSERT_TRUE(cpu::forward(a.args()).is_ok());
+  Gradients g(c);
+  const Status st = cpu::backward(g.args(a));
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+
+  const reference::BackwardResult ref = reference::backward(
+      a.problem, a.q.view(), a.k.view(), a.v.view(), g.dout.view(), reference::Precision::kExact, a.sinks_view());
+  const std::pair<const HostTensor*, const std::vector<double>*> outputs[] = {
+      {&g.dq, &ref.dq}, {&g.dk, &ref.dk}, {&g.dv, &ref.dv}};
+  for (const auto& [got, want] : outputs) {
+    got->for_each([&](const Index& i, std::int64_t n) {
+      ASSERT_EQ(got->get(i), numeric::round_to(c.dtype, static_cast<float>((*want)[static_cast<std::size_t>(n)])));
+    });
+  }
+  ASSERT_EQ(ref.dsinks.size(), static_cast<std::size_t>(c.nheads_q));
+  g.dsinks.for_each([&](const Index& i, std::int64_t n) {
+    ASSERT_EQ(g.dsinks.get(i), static_cast<float>(ref.dsinks[static_cast<std::size_t>(n)]));
+  });
 }
 
 TEST(CpuEntryBackward, RejectedCallsLeaveOutputsUntouched) {

@@ -70,6 +70,13 @@ Attention two_keys(float scale, float softcap) {
   return a;
 }
 
+// Gives `a` the sink logits `values`, one per query head.
+void set_sinks(Attention& a, const std::vector<float>& values) {
+  a.has_sinks = true;
+  a.sinks = HostTensor(DType::kFloat32, {static_cast<std::int64_t>(values.size())});
+  for (std::size_t h = 0; h < values.size(); ++h) a.sinks.set({static_cast<std::int64_t>(h)}, values[h]);
+}
+
 // The softmax of scores s0, s1 applied to the values above.
 void expect_two_key_result(const reference::ForwardResult& r, double s0, double s1) {
   const double p0 = std::exp(s0) / (std::exp(s0) + std::exp(s1));
@@ -94,6 +101,19 @@ TEST(KnownValues, SoftcapAppliesToScaledScores) {
   Attention a = two_keys(0.5f, 0.8f);
   for_each_path(a, [](const reference::ForwardResult& r) {
     expect_two_key_result(r, 0.8 * std::tanh(0.5 / 0.8), 0.8 * std::tanh(1.0 / 0.8));
+  });
+}
+
+// Scores 0.5 and 1 with a sink of 0.25, by hand: the denominator is e^0.5 + e^1 + e^0.25
+// = 5.651029, so P = 0.291756 and 0.481024 (the sink keeps the remaining 0.227220),
+// out = 0.291756 [1, 2] + 0.481024 [3, -1] and lse = log(5.651029).
+TEST(KnownValues, SinkJoinsTheDenominatorWithoutAValue) {
+  Attention a = two_keys(0.5f, 0.f);
+  set_sinks(a, {0.25f});
+  for_each_path(a, [](const reference::ForwardResult& r) {
+    EXPECT_NEAR(r.out[0], 1.7348288, kTolerance);
+    EXPECT_NEAR(r.out[1], 0.1024877, kTolerance);
+    EXPECT_NEAR(r.lse[0], 1.7318376, kTolerance);
   });
 }
 
@@ -182,6 +202,78 @@ TEST(KnownValues, FullyMaskedRowsGiveZeroAndMinusInfinity) {
         }
       });
       EXPECT_GT(masked_rows, c.batch * c.nheads_q * 32);  // more than two whole 16-row tiles per head
+    }
+  }
+}
+
+// With sinks, a query row that sees no key keeps only its head's sink: out exactly 0 and
+// lse the sink (to the fp32 rounding of the tiled path's base-2 units); other rows
+// stay finite. Causal and GQA, so that each query head must read its own sink.
+TEST(KnownValues, RowsThatSeeNoKeyGiveZeroAndTheirSink) {
+  Case c;
+  c.batch = 2;
+  c.seqlen_q = 40;
+  c.seqlen_k = 7;
+  c.nheads_q = 4;
+  c.nheads_kv = 2;
+  c.head_dim = 32;
+  c.causal = true;
+  c.sinks_stddev = 2.f;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    c.dtype = dtype;
+    SCOPED_TRACE(c.name());
+    Attention a = make_attention(c, 10);
+    for_each_path(a, [&](const reference::ForwardResult& r) {
+      for (std::int64_t b = 0; b < c.batch; ++b) {
+        for (std::int64_t h = 0; h < c.nheads_q; ++h) {
+          const double sink = a.sinks.get({h});
+          for (std::int64_t i = 0; i < c.seqlen_q; ++i) {
+            const bool masked = first_key(c, i) > last_key(c, i);
+            const double lse = r.lse[lse_at(c, b, h, i)];
+            if (masked) {
+              EXPECT_NEAR(lse, sink, kTolerance) << "row " << i;
+            } else {
+              EXPECT_TRUE(std::isfinite(lse)) << "row " << i;
+            }
+            for (std::int64_t d = 0; d < c.head_dim; ++d) {
+              const double o = r.out[out_at(c, b, i, h, d)];
+              if (masked) {
+                ASSERT_EQ(o, 0.0) << "row " << i;
+              } else {
+                ASSERT_TRUE(std::isfinite(o)) << "row " << i;
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+// A sink of -inf weighs nothing: every path gives bitwise the results it gives without
+// sinks, masked rows (lse -inf) included.
+TEST(KnownValues, MinusInfinitySinksAreNoSinks) {
+  Case c;
+  c.batch = 2;
+  c.seqlen_q = 45;
+  c.seqlen_k = 30;
+  c.nheads_q = 4;
+  c.nheads_kv = 2;
+  c.head_dim = 24;
+  c.causal = true;
+  c.window_left = 9;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    c.dtype = dtype;
+    SCOPED_TRACE(c.name());
+    Attention plain = make_attention(c, 11);
+    Attention sunk = make_attention(c, 11);
+    set_sinks(sunk, std::vector<float>(4, -std::numeric_limits<float>::infinity()));
+    for (const ForwardPath& path : forward_paths()) {
+      SCOPED_TRACE(path.name);
+      const reference::ForwardResult want = path.run(plain);
+      const reference::ForwardResult got = path.run(sunk);
+      EXPECT_EQ(got.out, want.out);
+      EXPECT_EQ(got.lse, want.lse);
     }
   }
 }

@@ -96,6 +96,80 @@ TEST(TiledCpu, Softcap) {
   }
 }
 
+// Sinks of a few units against rows of 1 to 239 keys: from a sink that takes almost
+// nothing to one that takes most of a row's weight (and, on causal rows that see no key,
+// all of it); every query block also rescales for the sink in its last step.
+TEST(TiledCpu, Sinks) {
+  const std::pair<std::int64_t, std::int64_t> lens[] = {{129, 239}, {239, 17}, {1, 128}};
+  const std::pair<std::int64_t, std::int64_t> groups[] = {{4, 4}, {4, 1}};
+  for (const auto& [sq, sk] : lens) {
+    for (const auto& [hq, hkv] : groups) {
+      for (float stddev : {1.f, 5.f}) {
+        for (bool causal : {false, true}) {
+          Case c;
+          c.seqlen_q = sq;
+          c.seqlen_k = sk;
+          c.nheads_q = hq;
+          c.nheads_kv = hkv;
+          c.causal = causal;
+          c.sinks_stddev = stddev;
+          expect_tiled_matches_exact(c, seed_of(c) + static_cast<std::uint64_t>(stddev), {16, 32, 0});
+        }
+      }
+    }
+  }
+  // With every other feature: a window, softcap, bf16 and strided views.
+  Case c;
+  c.batch = 2;
+  c.seqlen_q = 113;
+  c.seqlen_k = 129;
+  c.nheads_q = 4;
+  c.nheads_kv = 2;
+  c.dtype = DType::kBFloat16;
+  c.window_left = 20;
+  c.window_right = 3;
+  c.softmax_scale = 0.5f;
+  c.softcap = 2.f;
+  c.layout = strided_layout();
+  c.lse_layout = strided_lse_layout();
+  c.sinks_stddev = 3.f;
+  expect_tiled_matches_exact(c, 51);
+}
+
+// Sinks are read at their view's stride: a strided view with NaN between the heads'
+// values gives bitwise the results of the contiguous one, in the tiled path and the
+// reference alike.
+TEST(TiledCpu, StridedSinksWithNanBetween) {
+  Case c;
+  c.seqlen_q = 70;
+  c.seqlen_k = 90;
+  c.nheads_q = 3;
+  c.nheads_kv = 1;
+  c.causal = true;
+  c.sinks_stddev = 2.f;
+  Attention a = make_attention(c, 61);
+  reference::tiled_forward(a.problem, a.args());
+  const std::vector<double> out = a.out.values();
+  const std::vector<double> lse = a.lse.values();
+  const reference::ForwardResult ref =
+      reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view(), reference::Precision::kExact, a.sinks_view());
+
+  std::vector<float> storage(3 * c.nheads_q, NAN);
+  for (std::int64_t h = 0; h < c.nheads_q; ++h) storage[static_cast<std::size_t>(3 * h)] = a.sinks.get({h});
+  const TensorView strided = TensorView::strided(storage.data(), DType::kFloat32, {c.nheads_q}, {3});
+  ForwardArgs args = a.args();
+  args.sinks = strided;
+  a.out.fill_nan();
+  a.lse.fill_nan();
+  reference::tiled_forward(a.problem, args);
+  EXPECT_EQ(a.out.values(), out);
+  EXPECT_EQ(a.lse.values(), lse);
+  const reference::ForwardResult strided_ref =
+      reference::forward(a.problem, a.q.view(), a.k.view(), a.v.view(), reference::Precision::kExact, strided);
+  EXPECT_EQ(strided_ref.out, ref.out);
+  EXPECT_EQ(strided_ref.lse, ref.lse);
+}
+
 TEST(TiledCpu, LargeScoresRescaleTheAccumulator) {
   // A scale of 2 (16x the default for head dim 64) makes scores of normal inputs span
   // tens of units: weights differ by e^50, the running max moves many times within

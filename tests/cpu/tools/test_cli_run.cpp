@@ -63,7 +63,15 @@ INSTANTIATE_TEST_SUITE_P(
         // More queries than keys, causal: the first rows see no key (out 0, lse -inf).
         RunCase{"masked_rows_all_checked",
                 "--seqlen-q 40 --seqlen-k 8 --nheads 2 --head-dim 16 --causal --check-rows 1000",
-                "batch 1, seqlen_q 40, seqlen_k 8, nheads 2 (kv 2), head dim 16, bf16, causal", 2e-2}),
+                "batch 1, seqlen_q 40, seqlen_k 8, nheads 2 (kv 2), head dim 16, bf16, causal", 2e-2},
+        RunCase{"bf16_sinks_every_head", "--seqlen 70 --nheads 4 --nheads-kv 2 --head-dim 32 --sinks 1.5",
+                "batch 1, seqlen_q 70, seqlen_k 70, nheads 4 (kv 2), head dim 32, bf16, sinks 1.5", 2e-2},
+        // One sink per head; rows that see no key keep only their sink (lse = the sink).
+        RunCase{"fp32_sinks_per_head_masked_rows",
+                "--dtype fp32 --batch 2 --seqlen-q 40 --seqlen-k 30 --nheads 4 --nheads-kv 2 --head-dim 32 --causal "
+                "--sinks 0.5,-1,2,3 --check-rows 1000",
+                "batch 2, seqlen_q 40, seqlen_k 30, nheads 4 (kv 2), head dim 32, fp32, causal, sinks (0.5, -1, 2, 3)",
+                1e-5}),
     [](const auto& info) { return info.param.name; });
 
 TEST(CliRun, ChecksAllRowsWhenAskedForMore) {

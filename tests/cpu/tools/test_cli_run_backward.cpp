@@ -85,7 +85,14 @@ INSTANTIATE_TEST_SUITE_P(
         // share in dk or dv).
         BackwardCase{"masked_rows_all_checked",
                      "--seqlen-q 40 --seqlen-k 8 --nheads 2 --head-dim 16 --causal --check-rows 1000",
-                     "batch 1, seqlen_q 40, seqlen_k 8, nheads 2 (kv 2), head dim 16, bf16, causal", 2e-2}),
+                     "batch 1, seqlen_q 40, seqlen_k 8, nheads 2 (kv 2), head dim 16, bf16, causal", 2e-2},
+        // dq, dk and dv with sinks (lse includes them), rows that see no key included.
+        BackwardCase{"fp32_gqa_causal_sinks_all_rows",
+                     "--dtype fp32 --seqlen-q 30 --seqlen-k 20 --nheads 4 --nheads-kv 2 --head-dim 16 --causal "
+                     "--sinks 1,-2,0.5,3 --check-rows 1000",
+                     "batch 1, seqlen_q 30, seqlen_k 20, nheads 4 (kv 2), head dim 16, fp32, causal, "
+                     "sinks (1, -2, 0.5, 3)",
+                     1e-5}),
     [](const auto& info) { return info.param.name; });
 
 TEST(CliRunBackward, ChecksAsManyKeyRowsAsQueryRows) {

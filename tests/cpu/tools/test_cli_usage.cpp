@@ -41,6 +41,9 @@ std::vector<BadArgs> bad_args() {
       {"window_below_minus_one", "run --window -2,0", "--window: -2 is out of range"},
       {"scale_negative", "run --scale -1", "--scale: expected a finite number >= 0, got '-1'"},
       {"softcap_nan", "run --softcap nan", "--softcap: expected a finite number >= 0, got 'nan'"},
+      {"sinks_not_a_number", "run --sinks 1,x", "--sinks: expected a finite number or a comma-separated list"},
+      {"sinks_infinite", "run --sinks inf", "--sinks: expected a finite number"},
+      {"sinks_count", "run --nheads 4 --sinks 1,2,3", "--sinks: 3 values for 4 heads"},
       {"switch_with_value", "run --causal=yes", "--causal takes no value"},
       {"heads_not_divisible", "run --nheads 6 --nheads-kv 4", "--nheads-kv 4 must divide --nheads 6"},
       {"causal_with_right_window", "run --causal --window 8,2", "conflicts with --causal"},
@@ -120,7 +123,7 @@ TEST(CliHelp, DocumentsEveryRunAndBenchOption) {
   for (const char* flag : {"--batch", "--seqlen ", "--seqlen-q", "--seqlen-k", "--nheads ", "--nheads-kv",
                            "--head-dim", "--dtype", "--causal", "--window", "--softcap", "--scale", "--device",
                            "--iters", "--warmup", "--threads", "--check-rows", "--seed", "--backward",
-                           "--deterministic"}) {
+                           "--deterministic", "--sinks"}) {
     EXPECT_TRUE(contains(run, flag)) << flag;
   }
   const std::string bench = run_cli("bench --help").out;

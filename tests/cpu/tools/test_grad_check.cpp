@@ -1,6 +1,6 @@
 // The sampled gradient check of `fa3 run --backward`: its exact gradients of chosen
-// rows equal the library's full reference (every mask, GQA, softcap, strided views),
-// and the check fails on a wrong element or a NaN anywhere.
+// rows equal the library's full reference (every mask, GQA, softcap, sinks, strided
+// views), and the check fails on a wrong element or a NaN anywhere.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +28,8 @@ struct Case {
   std::string name;
   std::int64_t batch, seqlen_q, seqlen_k, nheads_q, nheads_kv, head_dim;
   AttentionOptions options;
-  bool strided = false;  // q, k, v, dout stored (batch, head, seqlen, dim), viewed as fa3's layout
+  bool strided = false;      // q, k, v, dout stored (batch, head, seqlen, dim), viewed as fa3's layout
+  std::vector<float> sinks;  // one per query head; empty: none
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -67,6 +68,7 @@ class Tensors {
     dk_.resize(static_cast<std::size_t>(kv_elems) * 4);
     dv_.resize(dk_.size());
     lse_.assign(static_cast<std::size_t>(c.batch * c.nheads_q * c.seqlen_q), 0.f);
+    sinks_ = c.sinks;
   }
 
   BackwardArgs args() {
@@ -80,6 +82,7 @@ class Tensors {
     a.dk = TensorView::contiguous(dk_.data(), dtype_, {c_.batch, c_.seqlen_k, c_.nheads_kv, c_.head_dim});
     a.dv = TensorView::contiguous(dv_.data(), dtype_, {c_.batch, c_.seqlen_k, c_.nheads_kv, c_.head_dim});
     a.lse = TensorView::contiguous(lse_.data(), DType::kFloat32, {c_.batch, c_.nheads_q, c_.seqlen_q});
+    if (!sinks_.empty()) a.sinks = TensorView::contiguous(sinks_.data(), DType::kFloat32, {c_.nheads_q});
     a.options = c_.options;
     return a;
   }
@@ -94,7 +97,7 @@ class Tensors {
   Case c_;
   DType dtype_;
   std::vector<std::byte> q_, k_, v_, dout_, out_, dq_, dk_, dv_;
-  std::vector<float> lse_;
+  std::vector<float> lse_, sinks_;
 };
 
 Problem problem_of(const BackwardArgs& a) {
@@ -122,7 +125,8 @@ TEST_P(SampledReference, EqualsTheFullReference) {
   Tensors t(c, DType::kFloat32);
   const BackwardArgs a = t.args();
   const Problem p = problem_of(a);
-  const reference::BackwardResult full = reference::backward(p, a.q, a.k, a.v, a.dout);
+  const reference::BackwardResult full =
+      reference::backward(p, a.q, a.k, a.v, a.dout, reference::Precision::kExact, a.sinks);
   const std::vector<RowRef> query_rows = all_rows(c.batch, c.nheads_q, c.seqlen_q);
   const std::vector<RowRef> key_rows = all_rows(c.batch, c.nheads_kv, c.seqlen_k);
   for (int threads : {1, 3}) {
@@ -154,7 +158,10 @@ INSTANTIATE_TEST_SUITE_P(Cli, SampledReference,
                                            // The first 11 query rows see no key: zero dq, no share in dk/dv.
                                            Case{"mqa_causal_more_queries", 1, 19, 8, 3, 1, 10, causal()},
                                            Case{"window_softcap_scale", 1, 21, 17, 2, 1, 9, window_softcap()},
-                                           Case{"strided", 2, 11, 14, 4, 2, 8, causal(), true}),
+                                           Case{"strided", 2, 11, 14, 4, 2, 8, causal(), true},
+                                           // Sinks in lse and D; the first 4 query rows keep only theirs.
+                                           Case{"gqa_causal_sinks", 2, 13, 9, 4, 2, 12, causal(), false,
+                                                {0.5f, -1.f, 2.f, 3.f}}),
                          [](const auto& info) { return info.param.name; });
 
 // Gradients as a correct bf16 kernel leaves them: the exact ones, rounded.

@@ -314,10 +314,10 @@ AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel)
   const std::size_t n_out = static_cast<std::size_t>(args.out.numel());
   const std::size_t n_lse = static_cast<std::size_t>(p.batch * p.nheads_q * p.seqlen_q);
   DeviceBuffer ref_out(n_out * 4), ref_lse(n_lse * 4), low_out(n_out * 4), low_lse(n_lse * 4);
-  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, static_cast<float*>(ref_out.get()),
+  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, nullptr, static_cast<float*>(ref_out.get()),
                                       static_cast<float*>(ref_lse.get()), reference::Precision::kExact, nullptr)
                   .is_ok());
-  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, static_cast<float*>(low_out.get()),
+  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, nullptr, static_cast<float*>(low_out.get()),
                                       static_cast<float*>(low_lse.get()), reference::Precision::kLikeInputs, nullptr)
                   .is_ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -360,10 +360,9 @@ GradientReference backward_reference(const BackwardArgs& args) {
   for (reference::Precision precision : {reference::Precision::kExact, reference::Precision::kLikeInputs}) {
     std::array<DeviceBuffer, kGradients> grads;
     for (int g = 0; g < kGradients; ++g) grads[g] = DeviceBuffer(sizes[g] * 4);
-    const Status st =
-        reference::cuda_backward(p, args.q, args.k, args.v, args.dout, static_cast<float*>(grads[0].get()),
-                                 static_cast<float*>(grads[1].get()), static_cast<float*>(grads[2].get()), precision,
-                                 nullptr);
+    const Status st = reference::cuda_backward(p, args.q, args.k, args.v, nullptr, args.dout,
+                                               static_cast<float*>(grads[0].get()), static_cast<float*>(grads[1].get()),
+                                               static_cast<float*>(grads[2].get()), nullptr, precision, nullptr);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto& into = precision == reference::Precision::kExact ? r.ref : r.low;

@@ -95,7 +95,7 @@ TEST(CudaReference, MatchesFp64Reference) {
 
       const std::int64_t n_out = 2 * c.sq * c.hq * c.d, n_lse = 2 * c.hq * c.sq;
       DeviceBuffer out(static_cast<std::size_t>(n_out) * 4), lse(static_cast<std::size_t>(n_lse) * 4);
-      ASSERT_TRUE(reference::cuda_forward(p, q.view, k.view, v.view, static_cast<float*>(out.get()),
+      ASSERT_TRUE(reference::cuda_forward(p, q.view, k.view, v.view, nullptr, static_cast<float*>(out.get()),
                                           static_cast<float*>(lse.get()), reference::Precision::kExact, nullptr)
                       .is_ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -122,9 +122,9 @@ std::array<std::vector<float>, kGradients> cuda_gradients(const Problem& p, cons
   DeviceBuffer dq(static_cast<std::size_t>(p.batch * p.seqlen_q * p.nheads_q * p.head_dim) * 4);
   DeviceBuffer dk(static_cast<std::size_t>(p.batch * p.seqlen_k * p.nheads_kv * p.head_dim) * 4);
   DeviceBuffer dv(dk.bytes());
-  const Status st = reference::cuda_backward(p, q, k, v, dout, static_cast<float*>(dq.get()),
-                                             static_cast<float*>(dk.get()), static_cast<float*>(dv.get()), precision,
-                                             nullptr);
+  const Status st =
+      reference::cuda_backward(p, q, k, v, nullptr, dout, static_cast<float*>(dq.get()), static_cast<float*>(dk.get()),
+                               static_cast<float*>(dv.get()), nullptr, precision, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return {floats_of(dq), floats_of(dk), floats_of(dv)};
