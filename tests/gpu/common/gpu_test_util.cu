@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "api/validate.h"
 #include "common/numeric.h"
@@ -168,6 +169,22 @@ std::vector<std::uint8_t> DeviceBuffer::to_host() const {
     ADD_FAILURE() << "cudaMemcpy to host failed";
   }
   return h;
+}
+
+std::vector<Shape> accuracy_shapes() {
+  const std::vector<std::pair<std::int64_t, std::int64_t>> lens = {
+      {1, 1},      {2, 2},       {3, 17},      {17, 3},     {113, 113},   {127, 129}, {128, 128},
+      {129, 127},  {239, 799},   {799, 239},   {1023, 1024}, {1024, 1023}, {1025, 1025}, {1, 1025},
+      {1025, 1},   {4224, 4224},
+  };
+  const std::int64_t heads[3][2] = {{4, 4}, {8, 2}, {8, 1}};
+  std::vector<Shape> shapes;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    const auto& h = heads[i % 3];
+    const std::int64_t batch = lens[i].first * lens[i].second > 1000000 ? 1 : 2;
+    shapes.push_back({batch, lens[i].first, lens[i].second, h[0], h[1]});
+  }
+  return shapes;
 }
 
 void fill_normal(void* ptr, DType dtype, std::int64_t count, std::uint64_t seed) {

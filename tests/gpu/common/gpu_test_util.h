@@ -48,6 +48,13 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// A problem's sizes, and the shape list of TESTING.md both directions' accuracy tests
+// run: seqlens paired unequal both ways, head layouts cycling MHA / GQA 8:2 / MQA 8:1.
+struct Shape {
+  std::int64_t batch, seqlen_q, seqlen_k, nheads_q, nheads_kv;
+};
+std::vector<Shape> accuracy_shapes();
+
 // Device fills: standard normal values of `dtype` (deterministic in `seed`), or NaN.
 void fill_normal(void* ptr, DType dtype, std::int64_t count, std::uint64_t seed);
 void fill_nan(void* ptr, DType dtype, std::int64_t count);

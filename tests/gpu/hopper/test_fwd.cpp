@@ -17,27 +17,6 @@
 namespace fa3::test {
 namespace {
 
-struct Shape {
-  std::int64_t batch, seqlen_q, seqlen_k, nheads_q, nheads_kv;
-};
-
-// Seqlens from TESTING.md, paired unequal both ways; head layouts cycle MHA / GQA 8:2 / MQA 8:1.
-std::vector<Shape> accuracy_shapes() {
-  const std::vector<std::pair<std::int64_t, std::int64_t>> lens = {
-      {1, 1},      {2, 2},       {3, 17},      {17, 3},     {113, 113},   {127, 129}, {128, 128},
-      {129, 127},  {239, 799},   {799, 239},   {1023, 1024}, {1024, 1023}, {1025, 1025}, {1, 1025},
-      {1025, 1},   {4224, 4224},
-  };
-  const std::int64_t heads[3][2] = {{4, 4}, {8, 2}, {8, 1}};
-  std::vector<Shape> shapes;
-  for (std::size_t i = 0; i < lens.size(); ++i) {
-    const auto& h = heads[i % 3];
-    const std::int64_t batch = lens[i].first * lens[i].second > 1000000 ? 1 : 2;
-    shapes.push_back({batch, lens[i].first, lens[i].second, h[0], h[1]});
-  }
-  return shapes;
-}
-
 struct Inputs {
   PaddedTensor q, k, v, out, lse;
   ForwardArgs args;
