@@ -13,7 +13,8 @@ namespace fa3 {
 std::vector<std::string> built_forward_kernels(const TuneClass& cls) {
   std::vector<std::string> names;
   for (const hopper::FwdKernelEntry& k : hopper::fwd_kernels()) {
-    if (k.dtype == cls.dtype && k.head_dim == cls.head_dim && k.causal == cls.causal) names.push_back(k.name());
+    const hopper::MaskKind mask = cls.causal ? hopper::MaskKind::kCausal : hopper::MaskKind::kPlain;
+    if (k.dtype == cls.dtype && k.head_dim == cls.head_dim && k.mask == mask) names.push_back(k.name());
   }
   return names;
 }

@@ -17,7 +17,7 @@ namespace fa3::hopper {
 const std::vector<BwdKernelEntry>& bwd_kernels() {
   static const std::vector<BwdKernelEntry> kernels = {
 #define FA3_BWD_INSTANCE(dtype, hdim, mask)                                                              \
-  {std::string(#dtype) == "fp16" ? DType::kFloat16 : DType::kBFloat16, hdim, std::string(#mask) == "causal", \
+  {std::string(#dtype) == "fp16" ? DType::kFloat16 : DType::kBFloat16, hdim, mask_kind_from_name(#mask),     \
    &bwd_##dtype##_hdim##hdim##_##mask},
 #include "bwd_registry.inc"
 #undef FA3_BWD_INSTANCE
@@ -83,6 +83,10 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
   b.head_dim = static_cast<int>(p.head_dim);
   b.softmax_scale = p.softmax_scale;
   b.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
+  b.softcap = p.softcap;
+  // As in the forward: wider windows than the sequences see the same keys.
+  b.window_left = static_cast<int>(std::min(p.window_left, p.seqlen_k));
+  b.window_right = static_cast<int>(std::min(p.window_right, p.seqlen_q));
   b.deterministic = a.deterministic;
   b.workspace = a.workspace;
   b.layout = bwd_workspace(p, a.deterministic);
@@ -91,14 +95,14 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
 }
 
 Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
+  const MaskKind mask = mask_kind(p);
   for (const BwdKernelEntry& k : bwd_kernels()) {
-    if (k.dtype == a.q.dtype && k.head_dim == p.head_dim && k.causal == p.causal) {
+    if (k.dtype == a.q.dtype && k.head_dim == p.head_dim && k.mask == mask) {
       return k.launch(make_bwd_params(p, a, num_sms), stream);
     }
   }
   return {StatusCode::kNotSupported, std::string("no backward kernel was built for dtype ") + dtype_name(a.q.dtype) +
-                                         ", head dim " + std::to_string(p.head_dim) +
-                                         ", mask " + (p.causal ? "causal" : "plain")};
+                                         ", head dim " + std::to_string(p.head_dim) + ", mask " + mask_kind_name(mask)};
 }
 
 }  // namespace fa3::hopper

@@ -9,6 +9,7 @@
 #include "api/problem.h"
 #include "fa3/attention.h"
 #include "hopper/bwd_params.h"
+#include "hopper/mask_kind.h"
 
 namespace fa3::hopper {
 
@@ -17,7 +18,7 @@ namespace fa3::hopper {
 struct BwdKernelEntry {
   DType dtype;
   int head_dim;
-  bool causal;
+  MaskKind mask;
   Status (*launch)(const BwdParams&, cudaStream_t);
 };
 

@@ -113,14 +113,14 @@ struct BwdKernel {
   }
 
   // In deterministic mode, how many key blocks add their dQ part of query block m_block
-  // before key block n_block does: lower blocks first, except with a causal mask,
-  // whose diagonal blocks reach a query block first (each tile walks its query blocks
-  // upwards from its diagonal).
+  // before key block n_block does: lower blocks first (from the first one the query
+  // block sees, under a window), except with a causal mask, whose diagonal blocks reach
+  // a query block first (each tile walks its query blocks upwards from its diagonal).
   __device__ static int dq_turn(const Mask& mask, int n_block, int m_block) {
     if constexpr (Mask::kCausal) {
       return mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(m_block) - 1 - n_block;
     } else {
-      return n_block;
+      return n_block - mask.template n_block_begin<Traits::kBlockM, Traits::kBlockN>(m_block);
     }
   }
 

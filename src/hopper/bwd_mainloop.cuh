@@ -3,7 +3,8 @@
 //
 // A step, for the consumers (sdp_swap: S and dP are held transposed):
 //   S = Q·Kᵀ and dP = dO·Vᵀ issued back to back; P = exp2(S·scale·log2e − LSE·log2e)
-//   while dP runs; dS = P∘(dP − D); P and dS to bf16/fp16, dS (and P unless the dK/dV
+//   while dP runs (S capped first under a softcap); dS = P∘(dP − D), times the cap's
+//   slope under a softcap; P and dS to bf16/fp16, dS (and P unless the dK/dV
 //   GEMMs take them from registers) to shared memory; dV += Pᵀ·dO; dQ = dS·K once every
 //   warpgroup's dS is in; dK += dSᵀ·Q while dQ's sum leaves (through shared memory to
 //   the dQ warp's bulk reduce-add, or by red from registers).
@@ -12,6 +13,8 @@
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
+
+#include <type_traits>
 
 #include "hopper/barriers.cuh"
 #include "hopper/bwd_params.h"
@@ -140,6 +143,16 @@ struct QueryStats {
   }
 };
 
+// The softcap's slope at a score of probability p (Softcap::slope); 1 without a cap.
+template <class Mask>
+__device__ __forceinline__ float softcap_slope(const Mask& mask, float p, float lse_log2) {
+  if constexpr (Mask::kGeneral) {
+    return mask.softcap.slope(p, lse_log2);
+  } else {
+    return 1.f;
+  }
+}
+
 template <class Traits, class Mask>
 struct BwdConsumer {
   using Element = typename Traits::Element;
@@ -234,6 +247,9 @@ struct BwdConsumer {
 
     warpgroup_wait<1>();
     warpgroup_fence_operand(tSrS);
+    if constexpr (Mask::kGeneral) {
+      if (mask.softcap.on) mask.softcap.apply(tSrS);
+    }
     if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n_block)) {
       if constexpr (kSdpSwap) {
         apply_mask_transposed(mask, s, coord, n_block * Traits::kBlockN, m_block * Traits::kBlockM);
@@ -244,7 +260,7 @@ struct BwdConsumer {
     // The elements of a query: a column of Sᵀ or a row of S.
     constexpr int kPerQuery = decltype(size<kSdpSwap ? 0 : 1>(s))::value;
     const auto at = [](auto& t, int query, int j) -> float& { return kSdpSwap ? t(j, query) : t(query, j); };
-    const float scale_log2 = params.p.softmax_scale_log2;
+    const float scale_log2 = softmax_scale_log2_of(mask, params.p);
     CUTE_UNROLL
     for (int i = 0; i < kStats; ++i) {
       const float l = lse(i, lane);
@@ -256,11 +272,27 @@ struct BwdConsumer {
 
     warpgroup_wait<0>();
     warpgroup_fence_operand(tdPrdP);
-    CUTE_UNROLL
-    for (int i = 0; i < kStats; ++i) {
-      const float d = dpsum(i, lane);
+    // dS; under a softcap, with respect to the uncapped score (times the cap's slope).
+    const auto dscores = [&](auto capped) {
       CUTE_UNROLL
-      for (int j = 0; j < kPerQuery; ++j) at(dp, i, j) = at(s, i, j) * (at(dp, i, j) - d);
+      for (int i = 0; i < kStats; ++i) {
+        const float d = dpsum(i, lane);
+        CUTE_UNROLL
+        for (int j = 0; j < kPerQuery; ++j) {
+          float ds = at(s, i, j) * (at(dp, i, j) - d);
+          if constexpr (decltype(capped)::value) ds *= softcap_slope(mask, at(s, i, j), lse(i, lane));
+          at(dp, i, j) = ds;
+        }
+      }
+    };
+    if constexpr (Mask::kGeneral) {
+      if (mask.softcap.on) {
+        dscores(std::true_type{});
+      } else {
+        dscores(std::false_type{});
+      }
+    } else {
+      dscores(std::false_type{});
     }
     auto rP = convert_fragment<Element>(tSrS);
     auto rdS = convert_fragment<Element>(tdPrdP);

@@ -23,6 +23,8 @@ DType dtype_from_name(const char* name) {
 // shape is not listed keep the build's order after these. Chosen by measurement
 // (docs/perf-log.md).
 std::vector<FwdTile> preferred_tiles(const Problem& p) {
+  const MaskKind kind = mask_kind(p);
+  if (kind == MaskKind::kGeneral) return {};  // one tile per head dim
   if (p.head_dim == 64 && p.seqlen_k <= 1024) {
     // Short rows of keys: a tile is a few key blocks, so its fixed cost weighs most,
     // and four warpgroups of 64-key blocks overlap it better than three of 128
@@ -30,17 +32,17 @@ std::vector<FwdTile> preferred_tiles(const Problem& p) {
     // more per key than they save per tile).
     return {{256, 64}, {192, 128}};
   }
-  if (!p.causal && p.seqlen_k >= 4096 && p.head_dim >= 96) {
+  if (kind == MaskKind::kPlain && p.seqlen_k >= 4096 && p.head_dim >= 96) {
     // Long rows of keys: CTA pairs sharing each K/V load halve the L2 traffic that
     // costs clock under the power cap (+1-3 % from 4k keys at head dims 96-256, level
     // at hdim 192 4k); on shorter rows running in step costs more than that saves
     // (512-1k: 1-5 % behind). Head dim 64 gained nothing from pairs. The paired
     // tile is whichever one the build compiled for the head dim.
     for (const FwdKernelEntry& k : fwd_kernels()) {
-      if (k.head_dim == p.head_dim && !k.causal && k.tile.cluster > 1) return {k.tile};
+      if (k.head_dim == p.head_dim && k.mask == MaskKind::kPlain && k.tile.cluster > 1) return {k.tile};
     }
   }
-  if (!p.causal && p.head_dim == 256) {
+  if (kind == MaskKind::kPlain && p.head_dim == 256) {
     // A row's last key block is cut off at the sequence end but costs a whole one.
     // 64-key blocks cost about 3 % more per key than 80-key ones (2-6 % in the
     // measurements) and pad less at some lengths: 512 keys are 7 blocks of 80 (9 %
@@ -73,7 +75,7 @@ const std::vector<FwdKernelEntry>& fwd_kernels() {
 #define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster) \
   {dtype_from_name(#dtype),                                                                       \
    hdim,                                                                                          \
-   std::string(#mask) == "causal",                                                                \
+   mask_kind_from_name(#mask),                                                                    \
    {bm, bn, OStore::ostore_kind, stages, qstages, cluster},                                       \
    &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages##_##cluster},
 #include "fwd_registry.inc"
@@ -102,7 +104,7 @@ std::vector<int> fwd_head_dims() {
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype) {
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (k.dtype == dtype && k.head_dim == p.head_dim && k.causal == p.causal) out.push_back(&k);
+    if (k.dtype == dtype && k.head_dim == p.head_dim && k.mask == mask_kind(p)) out.push_back(&k);
   }
   const std::vector<FwdTile> order = preferred_tiles(p);
   auto rank = [&](const FwdKernelEntry* k) {
@@ -149,15 +151,16 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   f.softmax_scale = p.softmax_scale;
   f.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
   f.softcap = p.softcap;
-  f.window_left = static_cast<int>(p.window_left);
-  f.window_right = static_cast<int>(p.window_right);
+  // Wider windows than the sequences see the same keys as these (and fit in an int).
+  f.window_left = static_cast<int>(std::min(p.window_left, p.seqlen_k));
+  f.window_right = static_cast<int>(std::min(p.window_right, p.seqlen_q));
   f.num_sms = num_sms;
   return f;
 }
 
 Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream, const char* kernel) {
   const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype);
-  const std::string mask = p.causal ? "causal" : "plain";
+  const std::string mask = mask_kind_name(mask_kind(p));
   if (candidates.empty()) {
     return {StatusCode::kNotSupported, std::string("no forward kernel was built for dtype ") + dtype_name(a.q.dtype) +
                                            ", head dim " + std::to_string(p.head_dim) + ", mask " + mask};

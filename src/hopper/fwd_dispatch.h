@@ -10,6 +10,7 @@
 #include "fa3/attention.h"
 #include "hopper/fwd_config.h"
 #include "hopper/fwd_params.h"
+#include "hopper/mask_kind.h"
 
 namespace fa3::hopper {
 
@@ -17,7 +18,7 @@ namespace fa3::hopper {
 struct FwdKernelEntry {
   DType dtype;
   int head_dim;
-  bool causal;
+  MaskKind mask;
   FwdTile tile;
   Status (*launch)(const FwdParams&, cudaStream_t);
 

@@ -105,8 +105,11 @@ struct FwdKernel {
   // The key blocks a tile runs: those of its cluster's first query block, so that every
   // CTA of the cluster loads and runs the same ones (a query block past the sequence
   // end, which pads a head's blocks to the cluster size, would otherwise see none).
-  __device__ static int tile_key_blocks(const Mask& mask, int m_block) {
-    return mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(m_block / Traits::kCluster * Traits::kCluster);
+  // Paired tiles are plain (no window), whose blocks all start at 0.
+  __device__ static KeyRange tile_key_blocks(const Mask& mask, int m_block) {
+    const int first = m_block / Traits::kCluster * Traits::kCluster;
+    return {mask.template n_block_begin<Traits::kBlockM, Traits::kBlockN>(first),
+            mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(first)};
   }
 
   __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
@@ -131,10 +134,10 @@ struct FwdKernel {
           // first K/V loads.
           next = scheduler.next(t, params.tile_counter);
           const TileCoord tile = scheduler.coord(t);
-          const int n_end = tile_key_blocks(mask, tile.m_block);
-          producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, n_end);
+          const KeyRange keys = tile_key_blocks(mask, tile.m_block);
+          producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
           producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
-          producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, n_end);
+          producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, keys);
         } else if (!kQAhead) {
           producer.announce(params, smem, q_pipe, scheduler, t);  // no more tiles
         }
@@ -182,8 +185,8 @@ struct FwdKernel {
     QState q_state;
     TileCoord tile = next_tile(q_state);
     while (tile.m_block >= 0) {
-      const int n_end = tile_key_blocks(mask, tile.m_block);
-      OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(params.p.softmax_scale_log2);
+      const KeyRange keys = tile_key_blocks(mask, tile.m_block);
+      OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(softmax_scale_log2_of(mask, params.p));
       // Once this warpgroup's last Q·Kᵀ from shared memory has completed: with O
       // elsewhere, Q's stage may take the next tile's Q; with O in Q's buffer, the other
       // warpgroups may write O.
@@ -204,11 +207,11 @@ struct FwdKernel {
       float lse[2];
       // While the last P·V runs: the row statistics, LSE's store, and the next tile's Q.
       const auto last_pv_issued = [&] {
-        softmax.finish(params.p.softmax_scale, inv_sum, lse);
+        softmax.finish(softmax_scale_of(mask, params.p), inv_sum, lse);
         Epilogue::store_lse(params.p, tid, tile, lse);
         if constexpr (kQEarly) next = next_tile(next_state);
       };
-      consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, mask, tile.m_block, n_end, tOrO, softmax,
+      consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, mask, tile.m_block, keys, tOrO, softmax,
                         q_read, last_pv_issued);
       auto o = rowcol_view(tOrO);
       rescale_rows(o, inv_sum);

@@ -23,6 +23,12 @@
 
 namespace fa3::hopper {
 
+// Key blocks [begin, end) of a tile, visited from end - 1 down to begin.
+struct KeyRange {
+  int begin;
+  int end;
+};
+
 template <class Traits>
 struct FwdProducer {
   using Element = typename Traits::Element;
@@ -44,8 +50,9 @@ struct FwdProducer {
   // buffer.
   template <class Params>
   __device__ void load_first_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                                TileCoord tile, int n_end) {
-    if (n_end <= 0) return;
+                                TileCoord tile, KeyRange keys) {
+    if (keys.end <= keys.begin) return;
+    const int n_end = keys.end;
     with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
       load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n_end - 1);
     });
@@ -53,12 +60,12 @@ struct FwdProducer {
 
   template <class Params>
   __device__ void load_rest_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                               TileCoord tile, int n_end) {
+                               TileCoord tile, KeyRange keys) {
     with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
       // Not unrolled: unrolled, the compiler keeps each copy's key offset live across
       // the loop, and the producer's few registers spill.
 #pragma unroll 1
-      for (int n = n_end - 2; n >= 0; --n) load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n);
+      for (int n = keys.end - 2; n >= keys.begin; --n) load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n);
     });
   }
 
@@ -197,6 +204,9 @@ struct FwdConsumer {
                                                   int m_block, int n, Softmax& softmax, float (&rescale)[kRows]) {
     k_pipe.consumer_release(k_state, lane);
     k_state.advance();
+    if constexpr (Mask::kGeneral) {
+      if (mask.softcap.on) mask.softcap.apply(s);
+    }
     if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
       apply_mask(mask, s, coord, m_block * Traits::kBlockM, n * Traits::kBlockN);
     }
@@ -247,8 +257,8 @@ struct FwdConsumer {
     copy(copy_q, thr_copy_q.partition_S(sQ(_, _, q_stage)), thr_copy_q.retile_D(q_frag));
   }
 
-  // Runs the tile's mainloop, once the tile's Q has landed in Q stage `q_stage` (and,
-  // with Q in registers, is in q_frag). On return tOrO holds the unnormalized output
+  // Runs the tile's mainloop over key blocks `keys`, once the tile's Q has landed in Q
+  // stage `q_stage` (and, with Q in registers, is in q_frag). On return tOrO holds the unnormalized output
   // and `softmax` the row statistics (empty rows: O = 0, sum 0); with Q read from
   // shared memory, `q_read()` has been called as soon as the warpgroup's last Q·Kᵀ
   // had completed. `last_pv_issued()` is called once the statistics are final and the
@@ -256,7 +266,7 @@ struct FwdConsumer {
   // that does not need O overlaps that GEMM.
   template <class QFragment, class TensorO, class Softmax, class QueryRead, class LastPvIssued>
   __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe,
-                           Pipeline& v_pipe, const Mask& mask, int m_block, int n_end, TensorO& tOrO, Softmax& softmax,
+                           Pipeline& v_pipe, const Mask& mask, int m_block, KeyRange keys, TensorO& tOrO, Softmax& softmax,
                            QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
@@ -282,6 +292,8 @@ struct FwdConsumer {
     auto coord = rowcol_view(tScS);
 
     clear(tOrO);
+    const int n_end = keys.end;
+    const int n_begin = keys.begin;
     // The tile's first key blocks (in visiting order) may lie past what this
     // warpgroup's rows see: beyond a causal diagonal that ends inside the tile, or all
     // of them when its rows are past the sequence end. It only takes their GEMM turns
@@ -293,12 +305,13 @@ struct FwdConsumer {
       // the mainloop's descriptor arithmetic moves to vector registers).
       const int row0 = m_block * Traits::kBlockM + __shfl_sync(0xffffffffu, wg, 0) * 64;
       n_own = mask.template key_blocks<Traits::kBlockN>(row0, row0 + 64);
+      n_own = n_own > n_begin ? n_own : n_begin;
       for (int n = n_end - 1; n >= n_own; --n) skip_block(k_pipe, v_pipe);
     }
-    if (n_own <= 0) {
-      // Each warpgroup takes a tile's n_end + 1 GEMM turns (one per key block, then the
-      // last P·V's): one that skipped every block still owes the last.
-      if (n_end > 0) {
+    if (n_own <= n_begin) {
+      // Each warpgroup takes a tile's (n_end - n_begin) + 1 GEMM turns (one per key
+      // block, then the last P·V's): one that skipped every block still owes the last.
+      if (n_end > n_begin) {
         turn_wait();
         turn_pass();
       }
@@ -323,7 +336,7 @@ struct FwdConsumer {
     auto rP = convert_fragment<Element>(tSrS);
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
 
-    for (--n; n >= 0; --n) {
+    for (--n; n >= n_begin; --n) {
       k_pipe.consumer_wait(k_state);
       turn_wait();
       gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);

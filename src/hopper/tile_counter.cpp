@@ -101,7 +101,20 @@ Status acquire_tile_counter(cudaStream_t stream, TileCounter* counter) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing(stream, &capture);
   if (err != cudaSuccess) return cuda_error(err, "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone) return Status::ok();
+  if (capture != cudaStreamCaptureStatusNone) {
+    // Graph memory nodes: cudaMallocAsync is what stream capture turns into one.
+    void* ptr = nullptr;
+    err = cudaMallocAsync(&ptr, sizeof(int), stream);
+    if (err != cudaSuccess) return cuda_error(err, "cudaMallocAsync (captured tile counter)");
+    err = cudaMemsetAsync(ptr, 0, sizeof(int), stream);
+    if (err != cudaSuccess) {
+      cudaFreeAsync(ptr, stream);
+      return cuda_error(err, "cudaMemsetAsync (captured tile counter)");
+    }
+    counter->ptr = static_cast<int*>(ptr);
+    counter->per_launch = true;
+    return Status::ok();
+  }
   int device = 0;
   err = cudaGetDevice(&device);
   if (err != cudaSuccess) return cuda_error(err, "cudaGetDevice");

@@ -10,8 +10,11 @@
 // stream of the process shares (a handle can be reused after cudaStreamDestroy), so
 // launches that may run at the same time never share a counter. Past kMaxKeptCounters
 // streams, each launch gets a counter of its own, zeroed before and freed after it.
-// While a stream is captured into a CUDA graph no counter is given (the kernel then
-// falls back to a static order), so captured graphs hold no allocation of ours.
+// A launch captured into a CUDA graph gets one of its own too, as nodes of the graph:
+// an allocation, a 4-byte memset, the kernel, a free. A graph may be replayed on any
+// stream, also beside eager launches on the one it was captured from, so it can share
+// no counter; its memset costs about a microsecond per replay, where the static tile
+// order it would otherwise fall back to cost causal calls 6-14 %.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,8 +32,7 @@ struct TileCounter {
   bool per_launch = false;  // freed by release_tile_counter
 };
 
-// A counter that is 0 for the kernel enqueued next on `stream`, or none when `stream`
-// is capturing.
+// A counter that is 0 for the kernel enqueued next on `stream` (captured ones included).
 Status acquire_tile_counter(cudaStream_t stream, TileCounter* counter);
 
 // Frees a per-launch counter after the work enqueued so far on `stream`; a kept one

@@ -57,8 +57,7 @@ struct TileScheduler {
   // `counter` is an int shared by the grid, 0 at launch; every CTA's first tile is its
   // index, the rest come in finishing order. The grid draws one value per tile, 0 to
   // num_tiles - 1, so whoever draws the last one sets the counter back to 0 for the
-  // next launch (hopper/tile_counter.h). Without a counter (a launch captured into a
-  // CUDA graph) the order is static.
+  // next launch (hopper/tile_counter.h). Without a counter the order is static.
   __device__ int next(int tile, int* counter) const {
     if (kDynamic && counter != nullptr) {
       const int drawn = atomicAdd(counter, 1);

@@ -176,17 +176,33 @@ def test_mixed_devices_are_refused():
         fa3.flash_attn_func(q, k.cpu(), v)
 
 
-@pytest.mark.parametrize("options", [{"window_size": (64, 0)}, {"softcap": 20.0}], ids=["window", "softcap"])
-def test_window_and_softcap_match_or_are_refused(options):
-    """The GPU kernels lack these for now: the C++ layer refuses them by name. Once
-    implemented, the same call must match the reference."""
-    q, k, v = make_qkv(2, 300, 300, 4, 4, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
-    try:
-        out = fa3.flash_attn_func(q, k, v, **options)
-    except NotImplementedError as e:
-        assert ("window" in str(e)) if "window_size" in options else ("softcap" in str(e))
-        return
-    mask = {"window": options["window_size"]} if "window_size" in options else options
+# Windows and softcaps the general kernels run (causal, window, softcap), as
+# flash_attn_func takes them: a window on both sides, causal with a left side, one
+# that leaves the first rows of the longer query sequence without keys, the softcap
+# alone and with a window.
+GENERAL_OPTIONS = [
+    (False, (100, 37), 0.0),
+    (True, (64, -1), 0.0),
+    (False, (0, 0), 0.0),
+    (False, (-1, -1), 20.0),
+    (True, (200, -1), 5.0),
+]
+GENERAL_IDS = ["window", "causal-left", "diagonal", "softcap", "causal-window-softcap"]
+
+
+def reference_mask(causal, window, softcap):
+    """The reference's keywords for flash_attn_func's (causal, window_size, softcap)."""
+    left, right = window
+    return {"causal": causal, "window": (left, 0 if causal else right), "softcap": softcap}
+
+
+@pytest.mark.parametrize("head_dim", BUILT_HEAD_DIMS)
+@pytest.mark.parametrize("options", GENERAL_OPTIONS, ids=GENERAL_IDS)
+def test_window_and_softcap(head_dim, options):
+    causal, window, softcap = options
+    q, k, v = make_qkv(2, 400, 300, 4, 2, head_dim, BUILT_DTYPES[0])
+    out = fa3.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap)
+    mask = reference_mask(causal, window, softcap)
     ref_out, _ = reference(q, k, v, dtype=torch.float32, **mask)
     low_out, _ = reference(q, k, v, dtype=q.dtype, **mask)
     check_close("out", out, ref_out, low_out, abs_cap=ABS_CAP[q.dtype])
@@ -377,25 +393,20 @@ def test_bad_workspace_is_refused_and_outputs_untouched():
         assert torch.isnan(g).all(), f"{name} was written by a rejected call"
 
 
-@pytest.mark.parametrize("options", [{"window": (64, 8)}, {"softcap": 20.0}], ids=["window", "softcap"])
-def test_backward_window_and_softcap_match_or_are_refused(options):
-    """The GPU backward lacks these for now: the size query and the backward refuse them
-    by name. Once implemented, the gradients must match the reference."""
-    q, k, v = make_qkv(2, 300, 300, 4, 4, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
-    ref_out, ref_lse = reference(q, k, v, dtype=torch.float32, **options)
+@pytest.mark.parametrize("head_dim", BUILT_HEAD_DIMS)
+@pytest.mark.parametrize("options", GENERAL_OPTIONS, ids=GENERAL_IDS)
+def test_backward_window_and_softcap(head_dim, options):
+    causal, window, softcap = options
+    q, k, v = make_qkv(2, 400, 300, 4, 2, head_dim, BUILT_DTYPES[0])
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = fa3.flash_attn_func(*leaves, causal=causal, window_size=window, softcap=softcap)
     dout = make_dout(q)
-    left, right = options.get("window", (-1, -1))
-    mask = (0.0, False, left, right, options.get("softcap", 0.0), False)
-    args = (dout, q, k, v, ref_out.to(q.dtype), ref_lse, None, *mask)
-    try:
-        grads = torch.ops.fa3.bwd(*args)
-    except NotImplementedError as e:
-        assert ("window" if "window" in options else "softcap") in str(e), str(e)
-        return
-    ref = reference_grads(q, k, v, dout, dtype=torch.float32, **options)
-    low = reference_grads(q, k, v, dout, dtype=q.dtype, **options)
-    for name, g, r, lo in zip(("dq", "dk", "dv"), grads, ref, low):
-        check_close(name, g, r, lo, factor=3.0)
+    out.backward(dout)
+    mask = reference_mask(causal, window, softcap)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float32, **mask)
+    low = reference_grads(q, k, v, dout, dtype=q.dtype, **mask)
+    for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
+        check_close(name, leaf.grad, r, lo, factor=3.0)
 
 
 def test_compile_with_inductor_forward_and_backward():

@@ -290,10 +290,6 @@ ValidationTarget gpu_backward_target_on_host_buffers() {
 // Breakages of the options the size query must refuse as backward() does.
 std::vector<Case> option_cases() {
   return {
-      {"softcap_on_device", on_args<Args>([](Args& a) { a.options.softcap = 30.f; }), kUnsupported,
-       "softcap is not implemented on this path yet"},
-      {"window_on_device", on_args<Args>([](Args& a) { a.options.window_left = 16; }), kUnsupported,
-       "sliding window (window_left/window_right) is not implemented on this path yet"},
       {"scale_negative", on_args<Args>([](Args& a) { a.options.softmax_scale = -1.f; }), kInvalid,
        "softmax_scale must be finite and > 0 (or 0 for the default 1/sqrt(head_dim)), got -1"},
   };
@@ -363,6 +359,26 @@ TEST(BackwardWorkspaceSize, IsTheSizeBackwardAsksFor) {
     const Status short_by_one = validate_backward(a, gpu_backward_target_on_host_buffers(), &p);
     EXPECT_EQ(short_by_one.message(), "workspace: " + std::to_string(bytes - 1) + " bytes given, " +
                                           std::to_string(bytes) + " needed (fa3::backward_workspace_size)");
+  }
+}
+
+// Windows and the softcap run on the general kernels, whose workspace is laid out as
+// the plain ones': the query sizes them, the same.
+TEST(BackwardWorkspaceSize, WindowAndSoftcapSizedLikePlain) {
+  if (!backward_kernels_built()) GTEST_SKIP() << "no backward kernels were built";
+  ValidArgs valid(buildable_shape());
+  std::size_t plain = 0;
+  ASSERT_TRUE(backward_workspace_size(valid.backward(), &plain).is_ok());
+  BackwardArgs window = valid.backward();
+  window.options.window_left = 16;
+  window.options.window_right = 3;
+  BackwardArgs softcap = valid.backward();
+  softcap.options.softcap = 30.f;
+  for (const BackwardArgs* a : {&window, &softcap}) {
+    std::size_t bytes = 0;
+    const Status s = backward_workspace_size(*a, &bytes);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(bytes, plain);
   }
 }
 

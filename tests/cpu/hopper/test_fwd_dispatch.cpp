@@ -36,12 +36,14 @@ Problem problem(int head_dim, bool causal, std::int64_t seqlen_q, std::int64_t s
   return p;
 }
 
+MaskKind kind(bool causal) { return causal ? MaskKind::kCausal : MaskKind::kPlain; }
+
 // Whether the build's first dtype has all of these tiles for (head dim, mask).
 bool all_built(int head_dim, bool causal, std::initializer_list<std::string> names) {
   if (fwd_dtypes().empty()) return false;
   return std::all_of(names.begin(), names.end(), [&](const std::string& name) {
     return std::any_of(fwd_kernels().begin(), fwd_kernels().end(), [&](const FwdKernelEntry& k) {
-      return k.dtype == fwd_dtypes().front() && k.head_dim == head_dim && k.causal == causal && k.name() == name;
+      return k.dtype == fwd_dtypes().front() && k.head_dim == head_dim && k.mask == kind(causal) && k.name() == name;
     });
   });
 }
@@ -60,7 +62,7 @@ TEST(FwdDispatch, EveryBuiltKernelIsACandidateOnce) {
       for (bool causal : {false, true}) {
         SCOPED_TRACE(testing::Message() << "hdim " << d << (causal ? " causal" : ""));
         const auto built_here = std::count_if(fwd_kernels().begin(), fwd_kernels().end(), [&](const auto& k) {
-          return k.dtype == dtype && k.head_dim == d && k.causal == causal;
+          return k.dtype == dtype && k.head_dim == d && k.mask == kind(causal);
         });
         for (std::int64_t keys : {1, 512, 1024, 4096, 16384}) {
           const std::vector<const FwdKernelEntry*> c = fwd_candidates(problem(d, causal, 512, keys), dtype);
@@ -69,6 +71,29 @@ TEST(FwdDispatch, EveryBuiltKernelIsACandidateOnce) {
           EXPECT_EQ(static_cast<std::int64_t>(c.size()), built_here) << keys << " keys";
           EXPECT_EQ(names.size(), c.size()) << keys << " keys";
         }
+      }
+    }
+  }
+}
+
+// A window or softcap runs the general kernel of its head dim, never a plain or causal
+// one; it is the only general one.
+TEST(FwdDispatch, WindowAndSoftcapRunTheGeneralKernel) {
+  for (DType dtype : fwd_dtypes()) {
+    for (int d : fwd_head_dims()) {
+      SCOPED_TRACE(testing::Message() << "hdim " << d);
+      const auto general = std::count_if(fwd_kernels().begin(), fwd_kernels().end(), [&](const auto& k) {
+        return k.dtype == dtype && k.head_dim == d && k.mask == MaskKind::kGeneral;
+      });
+      EXPECT_LE(general, 1);
+      Problem window = problem(d, true, 4096, 4096);
+      window.window_left = 256;
+      Problem softcap = problem(d, false, 4096, 4096);
+      softcap.softcap = 30.f;
+      for (const Problem& p : {window, softcap}) {
+        const std::vector<const FwdKernelEntry*> c = fwd_candidates(p, dtype);
+        EXPECT_EQ(static_cast<std::int64_t>(c.size()), general);
+        for (const FwdKernelEntry* k : c) EXPECT_EQ(k->mask, MaskKind::kGeneral);
       }
     }
   }

@@ -3,14 +3,18 @@
 // use (a wrong bit would show on the GPU only for rows whose bound falls on that
 // column), the key blocks a range of query rows needs (too few would drop keys, too
 // many would leave a warpgroup computing blocks it could skip), and the query blocks
-// the backward's tile of a key block walks (too late a start drops gradients).
+// the backward's tile of a key block walks (too late a start drops gradients). The
+// general policy (windows) is checked pair by pair against Problem::visible, the
+// definition the references use.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "api/problem.h"
 #include "hopper/fwd_params.h"
 #include "hopper/mask.cuh"
+#include "hopper/mask_kind.h"
 
 namespace fa3::hopper {
 namespace {
@@ -108,6 +112,121 @@ TEST(MaskQueryBlocks, MatchDefinitionForKeyBlocks) {
   expect_query_blocks_match_definition<64, 96, CausalMask>();
   expect_query_blocks_match_definition<64, 128, NoMask>();
   expect_query_blocks_match_definition<64, 80, NoMask>();
+}
+
+// The general policy for one window, against Problem::visible: every block range covers
+// each visible (row, key) pair and starts and ends at a block holding one; a tile left
+// unmasked has every pair visible; each row's visible range is exact.
+template <int kBlockM, int kBlockN>
+void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int right) {
+  Problem pr;
+  pr.seqlen_q = seqlen_q;
+  pr.seqlen_k = seqlen_k;
+  pr.window_left = left;
+  pr.window_right = right;
+  FwdParams p{};
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.window_left = left;
+  p.window_right = right;
+  p.softmax_scale = 0.125f;
+  const GeneralMask mask(p);
+  const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
+  const int n_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
+  const auto seen = [&](int m, int n) {  // some pair of the tile is visible
+    for (int i = m * kBlockM; i < std::min((m + 1) * kBlockM, seqlen_q); ++i) {
+      for (int j = n * kBlockN; j < std::min((n + 1) * kBlockN, seqlen_k); ++j) {
+        if (pr.visible(i, j)) return true;
+      }
+    }
+    return false;
+  };
+  SCOPED_TRACE(testing::Message() << "sq " << seqlen_q << " sk " << seqlen_k << " window (" << left << ", " << right
+                                  << ") blocks " << kBlockM << "x" << kBlockN);
+  for (int i = 0; i < seqlen_q; ++i) {
+    if (pr.first_key(i) > pr.last_key(i)) continue;  // a row without keys: its bounds cross
+    ASSERT_EQ(std::max(mask.visible_begin(i), 0), pr.first_key(i)) << "row " << i;
+    ASSERT_EQ(mask.visible_end(i), pr.last_key(i) + 1) << "row " << i;
+  }
+  for (int m = 0; m < m_blocks; ++m) {
+    const int begin = mask.n_block_begin<kBlockM, kBlockN>(m);
+    const int end = mask.n_block_end<kBlockM, kBlockN>(m);
+    int first = -1, last = -1;
+    for (int n = 0; n < n_blocks; ++n) {
+      if (!seen(m, n)) continue;
+      if (first < 0) first = n;
+      last = n;
+    }
+    if (first < 0) {
+      EXPECT_LE(end, begin) << "query block " << m << " sees no key";
+    } else {
+      EXPECT_EQ(begin, first) << "query block " << m;
+      EXPECT_EQ(end, last + 1) << "query block " << m;
+    }
+    for (int n = begin; n < end; ++n) {
+      if (mask.needs_mask<kBlockM, kBlockN>(m, n)) continue;
+      for (int i = m * kBlockM; i < std::min((m + 1) * kBlockM, seqlen_q); ++i) {
+        for (int j = n * kBlockN; j < (n + 1) * kBlockN; ++j) {
+          ASSERT_TRUE(j < seqlen_k && pr.visible(i, j)) << "unmasked tile " << m << "," << n << " hides (" << i
+                                                        << ", " << j << ")";
+        }
+      }
+    }
+  }
+  for (int n = 0; n < n_blocks; ++n) {
+    int begin = -1;
+    const int end = mask.query_blocks<kBlockM, kBlockN>(n, &begin);
+    int first = -1, last = -1;
+    for (int m = 0; m < m_blocks; ++m) {
+      if (!seen(m, n)) continue;
+      if (first < 0) first = m;
+      last = m;
+    }
+    if (first < 0) {
+      EXPECT_LE(end, begin) << "key block " << n << " is seen by no row";
+    } else {
+      EXPECT_EQ(begin, first) << "key block " << n;
+      EXPECT_EQ(end, last + 1) << "key block " << n;
+    }
+  }
+}
+
+TEST(GeneralMask, MatchesDefinitionForWindows) {
+  const int lens[][2] = {{1, 1}, {3, 17}, {17, 3}, {127, 129}, {239, 799}, {799, 239}, {1000, 1000}, {1025, 1}};
+  const int windows[][2] = {{-1, -1}, {0, 0}, {100, 37}, {200, -1}, {-1, 60}, {130, 0}, {5000, 5000}, {1, 300}};
+  for (const auto& len : lens) {
+    for (const auto& w : windows) {
+      expect_general_matches_definition<128, 128>(len[0], len[1], w[0], w[1]);
+      expect_general_matches_definition<64, 128>(len[0], len[1], w[0], w[1]);
+      expect_general_matches_definition<64, 80>(len[0], len[1], w[0], w[1]);
+      expect_general_matches_definition<192, 128>(len[0], len[1], w[0], w[1]);
+    }
+  }
+}
+
+// Which family runs a problem: plain and causal keep their kernels, whatever else a
+// window or softcap asks for goes to the general ones.
+TEST(MaskKind, FollowsWindowAndSoftcap) {
+  Problem p;
+  EXPECT_EQ(mask_kind(p), MaskKind::kPlain);
+  p.window_right = 0;
+  EXPECT_EQ(mask_kind(p), MaskKind::kCausal);  // (-1, 0) is causal, asked for or not
+  p.causal = true;
+  EXPECT_EQ(mask_kind(p), MaskKind::kCausal);
+  p.window_left = 64;
+  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  p = Problem{};
+  p.window_right = 5;
+  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  p = Problem{};
+  p.softcap = 30.f;
+  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  p.causal = true;
+  p.window_right = 0;
+  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  for (MaskKind k : {MaskKind::kPlain, MaskKind::kCausal, MaskKind::kGeneral}) {
+    EXPECT_EQ(mask_kind_from_name(mask_kind_name(k)), k);
+  }
 }
 
 }  // namespace

@@ -187,6 +187,24 @@ std::vector<Shape> accuracy_shapes() {
   return shapes;
 }
 
+AttentionOptions GeneralCase::options() const {
+  AttentionOptions o;
+  o.causal = causal;
+  o.window_left = window_left;
+  o.window_right = window_right;
+  o.softcap = softcap;
+  return o;
+}
+
+std::vector<GeneralCase> general_cases() {
+  return {
+      {"window_100_37", false, 100, 37, 0.f},  {"left_200", false, 200, -1, 0.f},
+      {"right_60", false, -1, 60, 0.f},         {"causal_left_130", true, 130, 0, 0.f},
+      {"diagonal_only", false, 0, 0, 0.f},      {"softcap_2", false, -1, -1, 2.f},
+      {"softcap_30_causal", true, -1, 0, 30.f}, {"softcap_5_window_256_16", false, 256, 16, 5.f},
+  };
+}
+
 void fill_normal(void* ptr, DType dtype, std::int64_t count, std::uint64_t seed) {
   launch_typed<NormalLaunch>(dtype, ptr, count, seed);
 }

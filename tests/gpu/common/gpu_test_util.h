@@ -55,6 +55,19 @@ struct Shape {
 };
 std::vector<Shape> accuracy_shapes();
 
+// Options the general kernels run (hopper/mask_kind.h), which both directions' tests
+// go through: windows on either side and both, causal with a left side, a window so
+// narrow that rows of unequal sequences see no key, the softcap alone (small, where
+// tanh bends most, and large) and with a window.
+struct GeneralCase {
+  const char* name;
+  bool causal;
+  std::int64_t window_left, window_right;
+  float softcap;
+  AttentionOptions options() const;
+};
+std::vector<GeneralCase> general_cases();
+
 // Device fills: standard normal values of `dtype` (deterministic in `seed`), or NaN.
 void fill_normal(void* ptr, DType dtype, std::int64_t count, std::uint64_t seed);
 void fill_nan(void* ptr, DType dtype, std::int64_t count);

@@ -90,17 +90,9 @@ void attach_workspace(BwdInputs& in) {
   in.args.workspace_bytes = bytes;
 }
 
-// A backward problem ready to run: q, k, v and dout random (or copied from `values`),
-// out and lse from fa3::forward, and a workspace for the chosen mode.
-BwdInputs make_inputs(DType dtype, const Shape& s, std::int64_t d, bool causal, std::uint64_t seed,
-                      bool deterministic = false, const Layout& layout = kDense, const BwdInputs* values = nullptr) {
-  BwdInputs in = make_tensors(dtype, s, d, causal, seed, layout);
-  if (values != nullptr) {
-    copy_values(values->args.q, in.args.q);
-    copy_values(values->args.k, in.args.k);
-    copy_values(values->args.v, in.args.v);
-    copy_values(values->args.dout, in.args.dout);
-  }
+// Makes `in` ready to run: out and lse from fa3::forward with in.args.options, and a
+// workspace for the chosen mode.
+void prepare(BwdInputs& in, bool deterministic) {
   ForwardArgs fwd;
   fwd.q = in.args.q;
   fwd.k = in.args.k;
@@ -113,14 +105,31 @@ BwdInputs make_inputs(DType dtype, const Shape& s, std::int64_t d, bool causal, 
   in.args.deterministic = deterministic;
   attach_workspace(in);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// A backward problem ready to run: q, k, v and dout random (or copied from `values`),
+// out and lse from fa3::forward, and a workspace for the chosen mode.
+BwdInputs make_inputs(DType dtype, const Shape& s, std::int64_t d, bool causal, std::uint64_t seed,
+                      bool deterministic = false, const Layout& layout = kDense, const BwdInputs* values = nullptr) {
+  BwdInputs in = make_tensors(dtype, s, d, causal, seed, layout);
+  if (values != nullptr) {
+    copy_values(values->args.q, in.args.q);
+    copy_values(values->args.k, in.args.k);
+    copy_values(values->args.v, in.args.v);
+    copy_values(values->args.dout, in.args.dout);
+  }
+  prepare(in, deterministic);
   return in;
 }
 
-bool built(DType dtype, int head_dim, bool causal) {
+bool built(DType dtype, int head_dim, hopper::MaskKind mask) {
   for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
-    if (k.dtype == dtype && k.head_dim == head_dim && k.causal == causal) return true;
+    if (k.dtype == dtype && k.head_dim == head_dim && k.mask == mask) return true;
   }
   return false;
+}
+bool built(DType dtype, int head_dim, bool causal) {
+  return built(dtype, head_dim, causal ? hopper::MaskKind::kCausal : hopper::MaskKind::kPlain);
 }
 
 // The kernels the guards run: the first built dtype at head dim 128 (else its middle
@@ -171,7 +180,8 @@ std::int64_t written_outside_view(const PaddedTensor& t) {
   return written;
 }
 
-// One built backward kernel family: what the accuracy test is parameterized by.
+// One built plain or causal backward kernel family: what the accuracy test is
+// parameterized by (the general ones have tests of their own).
 struct Kernel {
   DType dtype;
   int head_dim;
@@ -185,7 +195,9 @@ void PrintTo(const Kernel& k, std::ostream* os) { *os << k.name(); }
 
 std::vector<Kernel> built_kernels() {
   std::vector<Kernel> out;
-  for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) out.push_back({k.dtype, k.head_dim, k.causal});
+  for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
+    if (k.mask != hopper::MaskKind::kGeneral) out.push_back({k.dtype, k.head_dim, k.mask == hopper::MaskKind::kCausal});
+  }
   return out;
 }
 
@@ -207,6 +219,61 @@ TEST_P(BwdAccuracy, MatchesReferenceOverShapeList) {
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BwdAccuracy);
 INSTANTIATE_TEST_SUITE_P(Built, BwdAccuracy, ::testing::ValuesIn(built_kernels()),
                          [](const ::testing::TestParamInfo<Kernel>& info) { return info.param.name(); });
+
+// The general kernels (windows, softcap) for every case of general_cases() over the
+// shape list; then, per case on one shape, deterministic mode bitwise the same twice.
+struct GeneralKernel {
+  DType dtype;
+  int head_dim;
+  std::string name() const { return std::string(dtype_name(dtype)) + "_hdim" + std::to_string(head_dim); }
+};
+void PrintTo(const GeneralKernel& k, std::ostream* os) { *os << k.name(); }
+
+std::vector<GeneralKernel> built_general_kernels() {
+  std::vector<GeneralKernel> out;
+  for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
+    if (k.mask == hopper::MaskKind::kGeneral) out.push_back({k.dtype, k.head_dim});
+  }
+  return out;
+}
+
+class BwdGeneral : public ::testing::TestWithParam<GeneralKernel> {};
+
+TEST_P(BwdGeneral, MatchesReferenceOverShapeList) {
+  FA3_REQUIRE_HOPPER();
+  const GeneralKernel& kernel = GetParam();
+  std::uint64_t seed = 5000 * static_cast<std::uint64_t>(kernel.head_dim);
+  for (const GeneralCase& c : general_cases()) {
+    for (const Shape& s : accuracy_shapes()) {
+      SCOPED_TRACE(testing::Message() << c.name << ": batch " << s.batch << " sq " << s.seqlen_q << " sk "
+                                      << s.seqlen_k << " heads " << s.nheads_q << ":" << s.nheads_kv);
+      BwdInputs in = make_tensors(kernel.dtype, s, kernel.head_dim, c.causal, seed += 17, kDense);
+      in.args.options = c.options();
+      prepare(in, false);
+      EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
+    }
+  }
+}
+
+TEST_P(BwdGeneral, DeterministicIsBitwiseRepeatable) {
+  FA3_REQUIRE_HOPPER();
+  const GeneralKernel& kernel = GetParam();
+  for (const GeneralCase& c : general_cases()) {
+    SCOPED_TRACE(c.name);
+    BwdInputs in = make_tensors(kernel.dtype, {2, 1000, 1100, 8, 2}, kernel.head_dim, c.causal, 21, kDense);
+    in.args.options = c.options();
+    prepare(in, true);
+    EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
+    const auto first = gradient_bytes(in);
+    ASSERT_TRUE(backward(in.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(gradient_bytes(in), first);
+  }
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BwdGeneral);
+INSTANTIATE_TEST_SUITE_P(Built, BwdGeneral, ::testing::ValuesIn(built_general_kernels()),
+                         [](const ::testing::TestParamInfo<GeneralKernel>& info) { return info.param.name(); });
 
 // More query and key blocks than SMs for every kernel, so that each CTA of the
 // persistent grid takes several tiles and reuses its buffers. With more queries than
@@ -478,7 +545,7 @@ TEST(BwdGuards, CapturedIntoCudaGraph) {
 
 // What the GPU backward does not do is refused with kNotSupported and its message,
 // before anything is written.
-TEST(BwdGuards, UnsupportedOptionsAndHeadDimRejected) {
+TEST(BwdGuards, UnsupportedHeadDimRejected) {
   FA3_REQUIRE_HOPPER();
   FA3_REQUIRE_BACKWARD_KERNELS();
   const GuardConfig c = guard_config();
@@ -490,12 +557,7 @@ TEST(BwdGuards, UnsupportedOptionsAndHeadDimRejected) {
   };
   std::string dims;
   for (int d : hopper::bwd_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-  AttentionOptions window, softcap;
-  window.window_left = 64;
-  softcap.softcap = 30.f;
   const Case cases[] = {
-      {"window", c.head_dim, window, "sliding window (window_left/window_right) is not implemented on this path yet"},
-      {"softcap", c.head_dim, softcap, "softcap is not implemented on this path yet"},
       {"head dim 72", 72, {}, "q: head dim 72 is not supported; supported: " + dims},
   };
   for (const Case& k : cases) {

@@ -78,6 +78,42 @@ INSTANTIATE_TEST_SUITE_P(Built, FwdAccuracy,
                                             ::testing::ValuesIn(build_info().head_dims), ::testing::Bool()),
                          accuracy_name);
 
+// The general kernels (windows, softcap) under the same rule, for every case of
+// general_cases() over the shape list.
+class FwdGeneral : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+
+TEST_P(FwdGeneral, MatchesReferenceOverShapeList) {
+  FA3_REQUIRE_HOPPER();
+  const auto [dtype, d] = GetParam();
+  std::uint64_t seed = 3000 * static_cast<std::uint64_t>(d);
+  for (const GeneralCase& c : general_cases()) {
+    for (const Shape& s : accuracy_shapes()) {
+      SCOPED_TRACE(testing::Message() << c.name << ": batch " << s.batch << " sq " << s.seqlen_q << " sk "
+                                      << s.seqlen_k << " heads " << s.nheads_q << ":" << s.nheads_kv);
+      Inputs in = make_inputs(dtype, s, d, c.causal, seed += 17);
+      in.args.options = c.options();
+      std::vector<std::string> kernels;
+      const Status listed = forward_kernels(in.args, &kernels);
+      ASSERT_TRUE(listed.is_ok()) << listed.to_string();
+      if (kernels.empty()) GTEST_SKIP() << "no general kernel was built for " << dtype_name(dtype) << " hdim " << d;
+      for (const std::string& kernel : kernels) {
+        EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel), dtype)) << "kernel " << kernel;
+      }
+    }
+  }
+}
+
+std::string general_name(const ::testing::TestParamInfo<FwdGeneral::ParamType>& info) {
+  const auto [dtype, d] = info.param;
+  return std::string(dtype_name(dtype)) + "_hdim" + std::to_string(d);
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FwdGeneral);
+INSTANTIATE_TEST_SUITE_P(Built, FwdGeneral,
+                         ::testing::Combine(::testing::ValuesIn(built_dtypes()),
+                                            ::testing::ValuesIn(build_info().head_dims)),
+                         general_name);
+
 // The accuracy rule for every built dtype, head dim, mask and kernel, on inputs whose
 // key at position j is scaled by key_scale[j] and whose V is scaled by v_scale.
 void expect_accurate_with_scaled_keys(const Shape& shape, const std::vector<float>& key_scale, float v_scale,
@@ -264,7 +300,7 @@ TEST(FwdGuards, CausalLaunchesOnTwoStreamsAtOnce) {
 // A forward captured into a CUDA graph in global capture mode, as inference engines
 // capture, replays to the eager result for every kernel of the shape. The capture comes
 // first, so that the paired kernels' one-time occupancy query (hopper/fwd_launch.cuh)
-// runs while capturing; causal kernels run without their tile counter there.
+// runs while capturing; causal kernels draw tiles from a counter the graph owns.
 TEST(FwdGuards, CapturedIntoCudaGraph) {
   FA3_REQUIRE_HOPPER();
   for (bool causal : {false, true}) {

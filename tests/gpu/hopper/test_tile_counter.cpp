@@ -1,6 +1,7 @@
 // The dynamic scheduler's tile counters (hopper/tile_counter.h): one kept per stream,
-// zero before every launch because each causal launch leaves it at zero, none while a
-// stream is captured, and a counter per launch once the table of kept ones is full.
+// zero before every launch because each causal launch leaves it at zero, one of its own
+// for a launch captured into a graph, and a counter per launch once the table of kept
+// ones is full.
 // Its own executable: the last test fills the process-wide table.
 #include <gtest/gtest.h>
 
@@ -58,17 +59,28 @@ TEST(TileCounter, KeptPerStreamAndZero) {
   EXPECT_EQ(a3.ptr, a1.ptr);
 }
 
-TEST(TileCounter, NoneWhileCapturing) {
+// Under capture (global mode, as inference engines capture) a launch gets a counter of
+// its own, made, zeroed and freed by nodes of the graph; the graph replays.
+TEST(TileCounter, OwnedByTheGraphWhileCapturing) {
   FA3_REQUIRE_HOPPER();
   Stream s;
-  ASSERT_EQ(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
   TileCounter c;
-  const Status st = acquire_tile_counter(s.get(), &c);
+  const Status acquired = acquire_tile_counter(s.get(), &c);
+  const Status released = release_tile_counter(c, s.get());
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(s.get(), &graph), cudaSuccess);
-  if (graph != nullptr) cudaGraphDestroy(graph);
-  EXPECT_TRUE(st.is_ok());
-  EXPECT_EQ(c.ptr, nullptr);
+  EXPECT_TRUE(acquired.is_ok()) << acquired.to_string();
+  EXPECT_TRUE(released.is_ok()) << released.to_string();
+  EXPECT_NE(c.ptr, nullptr);
+  EXPECT_TRUE(c.per_launch);
+  ASSERT_NE(graph, nullptr);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(cudaGraphLaunch(exec, s.get()), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s.get()), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 // Causal launches of several sizes on one stream, one after another without a

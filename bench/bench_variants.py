@@ -1,0 +1,196 @@
+"""What fa3's forward features cost: each variant against the plain call it extends.
+
+One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden size
+2048 (16 heads of 128), bf16, causal and not. Variants, each a record with a
+"variant" field beside the baseline (variant "none"):
+
+  window4096   sliding window of 4096 keys per row: (4095, 0) causal, (2048, 2047) not
+  softcap50    softcap 50
+  graph        the same call captured into a CUDA graph and replayed (eager vs replay)
+
+FLOPs count the visible (query, key) pairs exactly (4 * pairs * hdim per head for the
+forward, 2.5x that for the backward), so a window's TFLOP/s is comparable with full
+attention's, and its speedup over full attention is in the table. Timing as in
+bench_attention.py (triton's do_bench median, L2 flushed). Every variant's output is
+first checked against an fp32 reference on a slice of heads. Writes
+<out-dir>/<YYYY-MM-DD>-<gpu>-variants.json (records: impl, pass, variant, dtype, hdim,
+causal, seqlen, batch, nheads, ms, tflops, gpu).
+
+    python bench/bench_variants.py
+    python bench/bench_variants.py --seqlen 8192 --hdim 64 --passes fwd
+"""
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+import fa3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_attention import gpu_slug, median_ms  # noqa: E402
+
+TOKENS = 16384
+HIDDEN = 2048
+MAX_REL_ERR = 1e-2
+
+
+def window_for(causal, width):
+    """The window giving each row `width` keys (fewer at the sequence edges)."""
+    return (width - 1, 0) if causal else (width // 2, width - 1 - width // 2)
+
+
+def visible_pairs(seqlen, causal, window):
+    """(query, key) pairs a square problem's rows see."""
+    rows = torch.arange(seqlen, dtype=torch.int64)
+    left, right = window
+    if causal:
+        right = 0
+    first = (rows - left).clamp(min=0) if left >= 0 else torch.zeros_like(rows)
+    last = (rows + right).clamp(max=seqlen - 1) if right >= 0 else torch.full_like(rows, seqlen - 1)
+    return int((last - first + 1).clamp(min=0).sum())
+
+
+def reference(q, k, v, causal, window, softcap, heads=2):
+    """fp32 attention of the first `heads` heads."""
+    qf, kf, vf = (t[:, :, :heads].float().transpose(1, 2) for t in (q, k, v))
+    scores = qf @ kf.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    n = q.shape[1]
+    i = torch.arange(n, device=q.device)[:, None]
+    j = torch.arange(n, device=q.device)[None, :]
+    left, right = window
+    right = 0 if causal else right
+    allowed = torch.ones(n, n, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        allowed &= j >= i - left
+    if right >= 0:
+        allowed &= j <= i + right
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return (scores.softmax(-1) @ vf).transpose(1, 2)
+
+
+def check(out, q, k, v, causal, window, softcap):
+    ref = reference(q, k, v, causal, window, softcap)
+    got = out[:, :, : ref.shape[2]].float()
+    err = ((got - ref).norm() / ref.norm()).item()
+    if not err < MAX_REL_ERR:
+        raise SystemExit(f"fa3 output off by {err:.3g} (window {window}, softcap {softcap}, causal {causal})")
+    return err
+
+
+def graph_of(fn):
+    """fn captured into a CUDA graph (after a warm-up call on a side stream)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def run(args, gpu):
+    dtype = torch.bfloat16
+    seqlen, hdim = args.seqlen, args.hdim
+    batch, nheads = max(TOKENS // seqlen, 1), HIDDEN // hdim
+    records = []
+    for causal in (False, True):
+        shape = (batch, seqlen, nheads, hdim)
+        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
+        dout = torch.randn(shape, device="cuda", dtype=dtype)
+        full_pairs = visible_pairs(seqlen, causal, (-1, -1))
+        variants = [
+            ("none", (-1, -1), 0.0),
+            (f"window{args.window}", window_for(causal, args.window), 0.0),
+            (f"softcap{args.softcap:g}", (-1, -1), args.softcap),
+        ]
+        for name, window, softcap in variants:
+            pairs = visible_pairs(seqlen, causal, window)
+
+            def forward(window=window, softcap=softcap, q=q, k=k, v=v):
+                return fa3.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap)
+
+            err = check(forward(), q, k, v, causal, window, softcap)
+            timed = [("fwd", name, forward)]
+            if name == "none":
+                graph = graph_of(forward)
+                timed.append(("fwd", "graph", graph.replay))
+            if "bwd" in args.passes:
+                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                out = fa3.flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=softcap)
+
+                def backward(out=out, inputs=(qg, kg, vg)):
+                    return torch.autograd.grad(out, inputs, dout, retain_graph=True)
+
+                timed.append(("bwd", name, backward))
+            for pass_, variant, fn in timed:
+                if pass_ not in args.passes:
+                    continue
+                ms = median_ms(fn, args.rep_ms)
+                flops = 4.0 * batch * nheads * pairs * hdim * (2.5 if pass_ == "bwd" else 1.0)
+                records.append(
+                    {
+                        "impl": "fa3",
+                        "pass": pass_,
+                        "variant": variant,
+                        "dtype": "bf16",
+                        "hdim": hdim,
+                        "causal": causal,
+                        "seqlen": seqlen,
+                        "batch": batch,
+                        "nheads": nheads,
+                        "window": list(window),
+                        "softcap": softcap,
+                        "visible_fraction": pairs / full_pairs,
+                        "rel_err": err,
+                        "ms": ms,
+                        "tflops": flops / ms / 1e9,
+                        "gpu": gpu,
+                    }
+                )
+    return records
+
+
+def print_table(records):
+    base = {(r["pass"], r["causal"]): r["ms"] for r in records if r["variant"] == "none"}
+    print("| pass | causal | variant | ms | TFLOP/s | time vs none |")
+    print("|---|---|---|---|---|---|")
+    for r in records:
+        ratio = r["ms"] / base[(r["pass"], r["causal"])]
+        print(
+            f"| {r['pass']} | {'yes' if r['causal'] else 'no'} | {r['variant']} | {r['ms']:.3f} | "
+            f"{r['tflops']:.0f} | {ratio:.3f} |"
+        )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seqlen", type=int, default=16384)
+    parser.add_argument("--hdim", type=int, default=128)
+    parser.add_argument("--window", type=int, default=4096, help="keys per row of the window variant")
+    parser.add_argument("--softcap", type=float, default=50.0)
+    parser.add_argument("--passes", nargs="+", choices=["fwd", "bwd"], default=["fwd", "bwd"])
+    parser.add_argument("--rep-ms", type=int, default=200)
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("bench_variants.py needs a CUDA GPU")
+    gpu = torch.cuda.get_device_name()
+    records = run(args, gpu)
+    print_table(records)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}-variants.json"
+    path.write_text(json.dumps(records, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
