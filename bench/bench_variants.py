@@ -6,6 +6,7 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
 
   window4096   sliding window of 4096 keys per row: (4095, 0) causal, (2048, 2047) not
   softcap50    softcap 50
+  sinks        attention sinks (one logit per head, random), gradient included
   graph        the same call captured into a CUDA graph and replayed (eager vs replay)
 
 FLOPs count the visible (query, key) pairs exactly (4 * pairs * hdim per head for the
@@ -54,7 +55,7 @@ def visible_pairs(seqlen, causal, window):
     return int((last - first + 1).clamp(min=0).sum())
 
 
-def reference(q, k, v, causal, window, softcap, heads=2):
+def reference(q, k, v, causal, window, softcap, sinks, heads=2):
     """fp32 attention of the first `heads` heads."""
     qf, kf, vf = (t[:, :, :heads].float().transpose(1, 2) for t in (q, k, v))
     scores = qf @ kf.transpose(-1, -2) / q.shape[-1] ** 0.5
@@ -71,11 +72,16 @@ def reference(q, k, v, causal, window, softcap, heads=2):
     if right >= 0:
         allowed &= j <= i + right
     scores = scores.masked_fill(~allowed, float("-inf"))
-    return (scores.softmax(-1) @ vf).transpose(1, 2)
+    if sinks is None:
+        probs = scores.softmax(-1)
+    else:  # the sink joins each row's softmax as a score without a value
+        sink = sinks[:heads].float().view(1, heads, 1, 1).expand(*scores.shape[:3], 1)
+        probs = torch.cat([scores, sink], -1).softmax(-1)[..., :-1]
+    return (probs @ vf).transpose(1, 2)
 
 
-def check(out, q, k, v, causal, window, softcap):
-    ref = reference(q, k, v, causal, window, softcap)
+def check(out, q, k, v, causal, window, softcap, sinks):
+    ref = reference(q, k, v, causal, window, softcap, sinks)
     got = out[:, :, : ref.shape[2]].float()
     err = ((got - ref).norm() / ref.norm()).item()
     if not err < MAX_REL_ERR:
@@ -107,27 +113,30 @@ def run(args, gpu):
         q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
         dout = torch.randn(shape, device="cuda", dtype=dtype)
         full_pairs = visible_pairs(seqlen, causal, (-1, -1))
+        sinks = torch.randn(nheads, device="cuda")
         variants = [
-            ("none", (-1, -1), 0.0),
-            (f"window{args.window}", window_for(causal, args.window), 0.0),
-            (f"softcap{args.softcap:g}", (-1, -1), args.softcap),
+            ("none", (-1, -1), 0.0, None),
+            (f"window{args.window}", window_for(causal, args.window), 0.0, None),
+            (f"softcap{args.softcap:g}", (-1, -1), args.softcap, None),
+            ("sinks", (-1, -1), 0.0, sinks),
         ]
-        for name, window, softcap in variants:
+        for name, window, softcap, sink in variants:
             pairs = visible_pairs(seqlen, causal, window)
 
-            def forward(window=window, softcap=softcap, q=q, k=k, v=v):
-                return fa3.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap)
+            def forward(window=window, softcap=softcap, sink=sink, q=q, k=k, v=v):
+                return fa3.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink)
 
-            err = check(forward(), q, k, v, causal, window, softcap)
+            err = check(forward(), q, k, v, causal, window, softcap, sink)
             timed = [("fwd", name, forward)]
             if name == "none":
                 graph = graph_of(forward)
                 timed.append(("fwd", "graph", graph.replay))
             if "bwd" in args.passes:
                 qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-                out = fa3.flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=softcap)
+                sg = None if sink is None else sink.detach().requires_grad_()
+                out = fa3.flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=softcap, sinks=sg)
 
-                def backward(out=out, inputs=(qg, kg, vg)):
+                def backward(out=out, inputs=(qg, kg, vg) + (() if sg is None else (sg,))):
                     return torch.autograd.grad(out, inputs, dout, retain_graph=True)
 
                 timed.append(("bwd", name, backward))
@@ -149,6 +158,7 @@ def run(args, gpu):
                         "nheads": nheads,
                         "window": list(window),
                         "softcap": softcap,
+                        "sinks": sink is not None,
                         "visible_fraction": pairs / full_pairs,
                         "rel_err": err,
                         "ms": ms,

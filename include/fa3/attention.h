@@ -20,7 +20,7 @@
 // lse = sink_h (only the sink remains), and its dq is 0. A sink of -inf is no sink.
 // The backward's gradient of the sinks, with D_i = rowsum(dout_i * out_i), is
 //   dsinks_h = -sum over the rows i of head h, in every batch, of exp(sink_h - L_i) * D_i.
-// fa3::cpu implements sinks; the GPU entry points refuse them (kNotSupported) for now.
+// Both fa3::cpu and the GPU entry points implement sinks (on the GPU, the general kernels).
 #pragma once
 
 #include <cuda_runtime_api.h>

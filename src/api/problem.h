@@ -22,6 +22,7 @@ struct Problem {
   std::int64_t window_left = -1;   // resolved: -1 unbounded
   std::int64_t window_right = -1;  // resolved: causal gives 0
   float softcap = 0.f;             // 0: off
+  bool has_sinks = false;          // attention sinks given (fa3/attention.h)
 
   std::int64_t group_size() const { return nheads_q / nheads_kv; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }

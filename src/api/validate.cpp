@@ -159,8 +159,8 @@ Status check_head_vector(const char* name, const TensorView& t, const Problem& p
   return Status::ok();
 }
 
-// The GPU kernels do not read sinks yet: their targets refuse them, after every rule on
-// the arguments themselves, so that a call that is wrong anyway says what is wrong.
+// A target without sinks refuses them after every rule on the arguments themselves, so
+// that a call that is wrong anyway says what is wrong.
 Status check_sinks_supported(const ValidationTarget& target) {
   if (target.supports_sinks) return Status::ok();
   return unsupported(std::string("sinks: attention sinks are not implemented") +
@@ -298,6 +298,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
+  p.has_sinks = has_sinks;
   *problem = p;
   return Status::ok();
 }
@@ -348,6 +349,7 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
+  p.has_sinks = has_sinks;
   if (device && target.backward_workspace) {
     FA3_RETURN_IF_ERROR(check_workspace(a, target, target.backward_workspace(p, a.deterministic)));
   }

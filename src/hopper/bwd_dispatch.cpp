@@ -59,6 +59,10 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
   b.dq = a.dq.data;
   b.dk = a.dk.data;
   b.dv = a.dv.data;
+  b.sinks = static_cast<const float*>(a.sinks.data);
+  b.dsinks = static_cast<float*>(a.dsinks.data);
+  b.sinks_stride = a.sinks.data != nullptr ? a.sinks.stride[0] : 0;
+  b.dsinks_stride = a.dsinks.data != nullptr ? a.dsinks.stride[0] : 0;
   const auto strides = [](const TensorView& t, std::int64_t* batch, std::int64_t* row, std::int64_t* head) {
     *batch = t.stride[0];
     *row = t.stride[1];

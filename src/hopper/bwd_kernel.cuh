@@ -46,7 +46,8 @@ struct BwdKernel {
   using SharedStorage = typename Traits::SharedStorage;
   using QPipeline = typename Traits::QPipeline;
   using DoPipeline = typename Traits::DoPipeline;
-  using Scheduler = TileScheduler<Mask::kCausal>;
+  // General tiles may differ in length as causal ones do: dynamic order (tile_block).
+  using Scheduler = TileScheduler<Mask::kCausal || Mask::kGeneral>;
   using Consumer = BwdConsumer<Traits, Mask>;
   using BN = typename Traits::BN;
   using D = typename Traits::D;
@@ -105,7 +106,12 @@ struct BwdKernel {
   // deterministic mode causal dQ sums go highest key block first, and tiles must come
   // in that order.
   __device__ static int tile_block(const Params& params, int n_blocks, int block) {
-    if constexpr (Mask::kCausal) {
+    if constexpr (Mask::kGeneral) {
+      // Lowest key block first, undoing the scheduler's reversal: under a causal-like
+      // window the lower blocks are seen by more query blocks (the longest first), and
+      // deterministic dQ sums go lowest key block first (dq_turn).
+      return n_blocks - 1 - block;
+    } else if constexpr (Mask::kCausal) {
       return params.p.deterministic ? block : n_blocks - 1 - block;
     } else {
       return block;

@@ -16,6 +16,7 @@
 #include "hopper/bwd_config.h"
 #include "hopper/bwd_kernel.cuh"
 #include "hopper/bwd_params.h"
+#include "hopper/bwd_sinks.h"
 #include "hopper/bwd_post.cuh"
 #include "hopper/bwd_pre.cuh"
 #include "hopper/bwd_traits.cuh"
@@ -109,7 +110,7 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   };
   const int n_blocks = static_cast<int>(p.layout.n_blocks);
   const int m_blocks = static_cast<int>(p.layout.m_blocks);
-  if constexpr (Mask::kCausal) {
+  if constexpr (Kernel::Scheduler::kDynamic) {
     // Every tile of a head reads all of its Q and dO.
     const double q_do_bytes = 2.0 * p.seqlen_q * p.head_dim * sizeof(Element);
     params.heads_per_group = causal_heads_per_group(q_do_bytes, 1, static_cast<std::int64_t>(p.nheads_q) * p.batch,
@@ -126,6 +127,8 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   bwd_preprocess<Element, Traits::kBlockM, kHeadDim><<<dim3(m_blocks, p.nheads_q, p.batch), kBwdPreThreads, 0, stream>>>(p);
   const Status pre = detail::cuda_status(cudaGetLastError(), "backward preprocess launch");
   if (!pre.is_ok()) return pre;
+  const Status sinks = launch_sinks_grad(p, stream);
+  if (!sinks.is_ok()) return sinks;
 
   auto kernel = bwd_kernel<Kernel>;
   const Status attr = detail::cuda_status(

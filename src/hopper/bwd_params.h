@@ -18,6 +18,9 @@ struct BwdParams {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
+  const float* sinks = nullptr;  // may be null: none
+  float* dsinks = nullptr;       // may be null: not asked for (only with sinks)
+  std::int64_t sinks_stride = 0, dsinks_stride = 0;
 
   // Strides in elements, (batch, row, head); the head dim is contiguous.
   std::int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;

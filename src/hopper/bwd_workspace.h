@@ -29,6 +29,7 @@ struct BwdShape {
 struct BwdWorkspace {
   static constexpr std::size_t kAlign = 256;
   std::int64_t m_blocks = 0, n_blocks = 0;
+  std::int64_t q_rows = 0;  // m_blocks * block_m: rows per head of lse_log2 and dpsum
   std::size_t dq_accum = 0, lse_log2 = 0, dpsum = 0;
   std::size_t dk_accum = 0, dv_accum = 0;  // == zero_begin when not GQA
   std::size_t dq_semaphore = 0, dkv_semaphore = 0, tile_counter = 0;
@@ -47,7 +48,8 @@ constexpr BwdWorkspace bwd_workspace_layout(const BwdShape& s, int block_m, int 
   w.deterministic = deterministic;
   const std::size_t q_heads = static_cast<std::size_t>(s.batch * s.nheads_q);
   const std::size_t kv_heads = static_cast<std::size_t>(s.batch * s.nheads_kv);
-  const std::size_t q_rows = static_cast<std::size_t>(w.m_blocks * block_m);
+  w.q_rows = w.m_blocks * block_m;
+  const std::size_t q_rows = static_cast<std::size_t>(w.q_rows);
   const std::size_t k_rows = static_cast<std::size_t>(w.n_blocks * block_n);
   const std::size_t d = static_cast<std::size_t>(s.head_dim);
   std::size_t at = 0;

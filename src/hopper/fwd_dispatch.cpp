@@ -125,6 +125,8 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   f.v = a.v.data;
   f.out = a.out.data;
   f.lse = static_cast<float*>(a.lse.data);
+  f.sinks = static_cast<const float*>(a.sinks.data);
+  f.sinks_stride = a.sinks.data != nullptr ? a.sinks.stride[0] : 0;
   f.q_batch_stride = a.q.stride[0];
   f.q_row_stride = a.q.stride[1];
   f.q_head_stride = a.q.stride[2];

@@ -96,7 +96,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
                     Shape<_64, typename Traits::D>{}, _1{}),
       p,
       num_m_blocks,
-      Mask::kCausal ? causal_heads_per_group(p, sizeof(Element), Traits::kBlockM, num_m_blocks) : 1,
+      Kernel::Scheduler::kDynamic ? causal_heads_per_group(p, sizeof(Element), Traits::kBlockM, num_m_blocks) : 1,
       nullptr,
   };
   TileCounter counter;

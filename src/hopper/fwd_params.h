@@ -12,6 +12,8 @@ struct FwdParams {
   const void* v = nullptr;
   void* out = nullptr;
   float* lse = nullptr;  // may be null: no lse requested
+  const float* sinks = nullptr;  // may be null: none (general kernels only)
+  std::int64_t sinks_stride = 0;
 
   // Strides in elements, (batch, row, head); the head dim is contiguous.
   std::int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;

@@ -1,5 +1,5 @@
 // fa3 — which family of kernels runs a problem: plain (every key), causal (bottom-right
-// diagonal), or general (any window, and the softcap). Plain and causal calls keep
+// diagonal), or general (any window, the softcap, attention sinks). Plain and causal calls keep
 // kernels of their own, tuned and free of the general family's per-block bounds; a
 // problem goes to the general ones only when it needs them.
 #pragma once
@@ -13,7 +13,7 @@ namespace fa3::hopper {
 enum class MaskKind { kPlain, kCausal, kGeneral };
 
 inline MaskKind mask_kind(const Problem& p) {
-  if (p.softcap > 0.f || p.window_left >= 0) return MaskKind::kGeneral;
+  if (p.softcap > 0.f || p.window_left >= 0 || p.has_sinks) return MaskKind::kGeneral;
   // A window of (-1, 0) is causal whether or not the caller said so.
   if (p.window_right == 0) return MaskKind::kCausal;
   return p.window_right < 0 ? MaskKind::kPlain : MaskKind::kGeneral;

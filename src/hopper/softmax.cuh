@@ -119,6 +119,25 @@ struct OnlineSoftmax {
   }
 };
 
+// Folds head `head`'s attention sink (a logit with no value, fa3/attention.h) into rows'
+// final statistics: LSE becomes log(e^LSE + e^sink), and 1/sum shrinks by e^(LSE - new
+// LSE), so that O's probabilities are relative to the new denominator. A row that saw
+// no key (LSE -inf, 1/sum 0) gets LSE = sink and O stays 0. Once per row per tile, with
+// accurate expf/logf: the LSE is an output.
+template <class Params, int kRows>
+__device__ __forceinline__ void add_sink(const Params& p, int head, float (&inv)[kRows], float (&lse)[kRows]) {
+  if (p.sinks == nullptr) return;
+  const float sink = p.sinks[head * p.sinks_stride];
+  if (sink == -INFINITY) return;
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const float m = fmaxf(lse[r], sink);
+    const float total = m + logf(expf(lse[r] - m) + expf(sink - m));
+    inv[r] *= expf(lse[r] - total);
+    lse[r] = total;
+  }
+}
+
 // Multiplies each row of the (rows, cols) view `o` by its factor.
 template <int kRows, class TensorO>
 __device__ __forceinline__ void rescale_rows(TensorO& o, const float (&factor)[kRows]) {

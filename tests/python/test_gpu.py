@@ -155,17 +155,43 @@ def test_unbuilt_head_dims_and_dtypes_are_refused_by_the_backward():
             torch.ops.fa3.bwd(q, q, k, v, q, lse, None, 0.0, False, -1, -1, 0.0, False)
 
 
-def test_sinks_are_refused_by_name():
-    """The kernels do not read sinks yet: both passes refuse them, and a refused backward
-    writes nothing."""
-    q, k, v = make_qkv(1, 64, 64, 2, 2, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
-    sinks = torch.zeros(2, device="cuda")
-    message = "sinks: attention sinks are not implemented on the GPU yet"
-    with pytest.raises(NotImplementedError, match=message):
-        fa3.flash_attn_func(q, k, v, sinks=sinks)
-    out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True)
-    with pytest.raises(NotImplementedError, match=message):
-        torch.ops.fa3.bwd(out, q, k, v, out, lse, sinks, 0.0, False, -1, -1, 0.0, False)
+@pytest.mark.parametrize("head_dim", BUILT_HEAD_DIMS)
+@pytest.mark.parametrize("options", [{}, {"causal": True}, {"window_size": (100, 37), "softcap": 5.0}],
+                         ids=["full", "causal", "window-softcap"])
+def test_sinks(head_dim, options):
+    """Sinks join each row's denominator on the GPU, forward and backward (their own
+    gradient included). Causal with 400 queries on 300 keys leaves the first 100 rows
+    without keys (lse: the sink, out 0)."""
+    q, k, v = make_qkv(2, 400, 300, 4, 2, head_dim, BUILT_DTYPES[0])
+    sinks = torch.tensor([0.5, -1.0, 2.5, -30.0], device="cuda")
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    out, lse = fa3.flash_attn_func(*leaves[:3], sinks=leaves[3], return_attn_probs=True, **options)
+    mask = reference_mask(options.get("causal", False), options.get("window_size", (-1, -1)),
+                          options.get("softcap", 0.0))
+    ref_out, ref_lse = reference(q, k, v, dtype=torch.float32, sinks=sinks, **mask)
+    low_out, low_lse = reference(q, k, v, dtype=q.dtype, sinks=sinks, **mask)
+    check_close("out", out, ref_out, low_out, abs_cap=ABS_CAP[q.dtype])
+    check_close("lse", lse, ref_lse, low_lse)
+    dout = make_dout(q)
+    out.backward(dout)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float32, sinks=sinks, **mask)
+    low = reference_grads(q, k, v, dout, dtype=q.dtype, sinks=sinks, **mask)
+    for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
+        check_close(name, leaf.grad, r, lo, factor=3.0)
+    # dsinks sums exp(sink - L_i) * rowsum(dout_i * out_i) over every row of a head, and
+    # out is the forward's bf16/fp16 output, whose rounding does not cancel in that sum:
+    # even an exact computation from it is ~1e-3 off the exact gradient. So the formula
+    # on this call's out and lse to fp32 rounding, and the exact gradient within the
+    # backward's cap (as the C++ tests, common/gpu_test_util.cu).
+    d = (dout.double() * out.detach().double()).sum(-1).transpose(1, 2)  # (batch, heads, seqlen)
+    own = -(torch.exp(sinks.double()[None, :, None] - lse.double()) * d).sum((0, 2))
+    dsinks = leaves[3].grad.double()
+    assert (dsinks - own).abs().max().item() <= 1e-5 + 1e-4 * own.abs().max().item()
+    assert (dsinks - ref[3].double()).abs().max().item() <= 3e-2 * max(1.0, ref[3].abs().max().item())
+    # The gradient is summed in a fixed order: the same bits again.
+    again = [t.detach().requires_grad_() for t in (q, k, v, sinks)]
+    fa3.flash_attn_func(*again[:3], sinks=again[3], **options).backward(dout)
+    assert torch.equal(again[3].grad, leaves[3].grad)
     with pytest.raises(ValueError, match="sinks: is on cpu but q is on cuda"):
         fa3.flash_attn_func(q, k, v, sinks=sinks.cpu())
 

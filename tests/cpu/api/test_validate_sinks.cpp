@@ -144,27 +144,40 @@ TEST(ValidateSinks, InvalidSinksAreReportedBeforeTheGpuRefusal) {
   EXPECT_EQ(valid_sinks.message(), "sinks: attention sinks are not implemented on the GPU yet");
 }
 
-// The library's GPU targets refuse sinks until the kernels read them.
-TEST(ValidateSinks, GpuTargetsRefuseSinks) {
-  EXPECT_FALSE(gpu_target().supports_sinks);
-  EXPECT_FALSE(gpu_backward_target().supports_sinks);
+// The library's GPU targets take sinks (the general kernels read them), and the
+// problem says so, which sends it to those kernels.
+TEST(ValidateSinks, GpuTargetsTakeSinks) {
+  EXPECT_TRUE(gpu_target().supports_sinks);
+  EXPECT_TRUE(gpu_backward_target().supports_sinks);
+  ValidArgs valid;
+  ValidationTarget t = gpu_target();
+  t.locate = nullptr;
+  t.dtypes = {DType::kBFloat16};
+  t.head_dims = {128};
+  Problem p;
+  const Status s = validate_forward(valid.forward_with_sinks(), t, &p);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_TRUE(p.has_sinks);
+  const Status plain = validate_forward(valid.forward(), t, &p);
+  ASSERT_TRUE(plain.is_ok()) << plain.to_string();
+  EXPECT_FALSE(p.has_sinks);
 }
 
-// fa3::backward_workspace_size validates as backward() does: for arguments the built
-// kernels would take, sinks are what it refuses.
-TEST(ValidateSinks, WorkspaceSizeQueryRefusesSinks) {
+// fa3::backward_workspace_size sizes a call with sinks as one without: the sinks'
+// gradient needs no workspace of its own.
+TEST(ValidateSinks, WorkspaceSizeQueryTakesSinks) {
   const std::vector<DType> dtypes = hopper::bwd_dtypes();
   const std::vector<int> dims = hopper::bwd_head_dims();
+  if (dtypes.empty()) GTEST_SKIP() << "no backward kernels were built";
   ArgsShape shape;
-  if (!dtypes.empty()) shape.dtype = dtypes.front();
-  if (!dims.empty()) shape.head_dim = dims.front();
+  shape.dtype = dtypes.front();
+  shape.head_dim = dims.front();
   ValidArgs valid(shape);
-  std::size_t bytes = 12345;
-  const Status s = backward_workspace_size(valid.backward_with_sinks(), &bytes);
-  EXPECT_EQ(s.code(), kUnsupported);
-  EXPECT_EQ(s.message(), dtypes.empty() ? "no GPU kernels were built into this library"
-                                        : "sinks: attention sinks are not implemented on the GPU yet");
-  EXPECT_EQ(bytes, 12345u);
+  std::size_t with = 0, without = 0;
+  const Status s = backward_workspace_size(valid.backward_with_sinks(), &with);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  ASSERT_TRUE(backward_workspace_size(valid.backward(), &without).is_ok());
+  EXPECT_EQ(with, without);
 }
 
 }  // namespace

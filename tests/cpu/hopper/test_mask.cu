@@ -205,7 +205,7 @@ TEST(GeneralMask, MatchesDefinitionForWindows) {
 }
 
 // Which family runs a problem: plain and causal keep their kernels, whatever else a
-// window or softcap asks for goes to the general ones.
+// window, softcap or sinks ask for goes to the general ones.
 TEST(MaskKind, FollowsWindowAndSoftcap) {
   Problem p;
   EXPECT_EQ(mask_kind(p), MaskKind::kPlain);
@@ -217,6 +217,9 @@ TEST(MaskKind, FollowsWindowAndSoftcap) {
   EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
   p = Problem{};
   p.window_right = 5;
+  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  p = Problem{};
+  p.has_sinks = true;
   EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
   p = Problem{};
   p.softcap = 30.f;

@@ -349,10 +349,12 @@ AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel)
   const std::size_t n_out = static_cast<std::size_t>(args.out.numel());
   const std::size_t n_lse = static_cast<std::size_t>(p.batch * p.nheads_q * p.seqlen_q);
   DeviceBuffer ref_out(n_out * 4), ref_lse(n_lse * 4), low_out(n_out * 4), low_lse(n_lse * 4);
-  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, nullptr, static_cast<float*>(ref_out.get()),
+  // The reference reads sinks densely: tests give them contiguous.
+  const auto* sinks = static_cast<const float*>(args.sinks.data);
+  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, sinks, static_cast<float*>(ref_out.get()),
                                       static_cast<float*>(ref_lse.get()), reference::Precision::kExact, nullptr)
                   .is_ok());
-  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, nullptr, static_cast<float*>(low_out.get()),
+  EXPECT_TRUE(reference::cuda_forward(p, args.q, args.k, args.v, sinks, static_cast<float*>(low_out.get()),
                                       static_cast<float*>(low_lse.get()), reference::Precision::kLikeInputs, nullptr)
                   .is_ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -392,16 +394,22 @@ GradientReference backward_reference(const BackwardArgs& args) {
   if (!valid.is_ok()) return r;
   std::array<std::size_t, kGradients> sizes{};
   for (int g = 0; g < kGradients; ++g) sizes[g] = static_cast<std::size_t>(gradient_views(args)[g]->numel());
+  const auto* sinks = static_cast<const float*>(args.sinks.data);  // contiguous in the tests
+  const bool dsinks = args.dsinks.data != nullptr;
   for (reference::Precision precision : {reference::Precision::kExact, reference::Precision::kLikeInputs}) {
     std::array<DeviceBuffer, kGradients> grads;
     for (int g = 0; g < kGradients; ++g) grads[g] = DeviceBuffer(sizes[g] * 4);
-    const Status st = reference::cuda_backward(p, args.q, args.k, args.v, nullptr, args.dout,
+    DeviceBuffer dsinks_buffer(dsinks ? static_cast<std::size_t>(p.nheads_q) * 4 : 0);
+    const Status st = reference::cuda_backward(p, args.q, args.k, args.v, sinks, args.dout,
                                                static_cast<float*>(grads[0].get()), static_cast<float*>(grads[1].get()),
-                                               static_cast<float*>(grads[2].get()), nullptr, precision, nullptr);
+                                               static_cast<float*>(grads[2].get()),
+                                               static_cast<float*>(dsinks_buffer.get()), precision, nullptr);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    auto& into = precision == reference::Precision::kExact ? r.ref : r.low;
+    const bool exact = precision == reference::Precision::kExact;
+    auto& into = exact ? r.ref : r.low;
     for (int g = 0; g < kGradients; ++g) into[g] = floats_of(grads[g]);
+    if (dsinks && exact) r.dsinks_ref = floats_of(dsinks_buffer);
   }
   return r;
 }
@@ -413,11 +421,39 @@ BackwardReport compare_backward(const BackwardArgs& args, const GradientReferenc
     r.low_err[g] = max_abs_diff(ref.low[g], ref.ref[g]);
     r.ref_max[g] = max_abs(ref.ref[g]);
   }
+  if (args.dsinks.data != nullptr) {
+    r.has_dsinks = true;
+    const std::vector<float> dsinks = dense_host(args.dsinks);
+    r.dsinks_err = max_abs_diff(dsinks, ref.dsinks_ref);
+    r.dsinks_max = max_abs(ref.dsinks_ref);
+    // The formula on this call's own out and lse, in double (tests give sinks contiguous).
+    const std::int64_t b = args.q.shape[0], sq = args.q.shape[1], h = args.q.shape[2], d = args.q.shape[3];
+    const std::vector<float> out = dense_host(args.out), dout = dense_host(args.dout), lse = dense_host(args.lse);
+    std::vector<float> sinks(static_cast<std::size_t>(h));
+    EXPECT_EQ(cudaMemcpy(sinks.data(), args.sinks.data, sinks.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<float> own(static_cast<std::size_t>(h), 0.f);
+    for (std::int64_t hh = 0; hh < h; ++hh) {
+      double sum = 0;
+      const double sink = sinks[static_cast<std::size_t>(hh)];
+      for (std::int64_t bb = 0; sink != -INFINITY && bb < b; ++bb) {
+        for (std::int64_t i = 0; i < sq; ++i) {
+          double dd = 0;
+          const std::size_t row = static_cast<std::size_t>(((bb * sq + i) * h + hh) * d);
+          for (std::int64_t e = 0; e < d; ++e) dd += static_cast<double>(out[row + e]) * dout[row + e];
+          sum += std::exp(sink - lse[static_cast<std::size_t>((bb * h + hh) * sq + i)]) * dd;
+        }
+      }
+      own[static_cast<std::size_t>(hh)] = static_cast<float>(-sum);
+    }
+    r.dsinks_own_err = max_abs_diff(dsinks, own);
+    r.dsinks_own_max = max_abs(own);
+  }
   return r;
 }
 
 BackwardReport check_backward(const BackwardArgs& args) {
   for (const TensorView* g : gradient_views(args)) fill_nan(g->data, g->dtype, span_elements(*g));
+  if (args.dsinks.data != nullptr) fill_nan(args.dsinks.data, DType::kFloat32, span_elements(args.dsinks));
   const Status st = backward(args, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -430,6 +466,10 @@ std::string BackwardReport::summary() const {
     s << (g ? ", " : "") << kGradientNames[g] << " err " << err[g] << " (low " << low_err[g] << ", max|ref| "
       << ref_max[g] << ")";
   }
+  if (has_dsinks) {
+    s << ", dsinks err " << dsinks_err << " (max|ref| " << dsinks_max << "), from this call's out and lse "
+      << dsinks_own_err << " (max " << dsinks_own_max << ")";
+  }
   return s.str();
 }
 
@@ -440,6 +480,17 @@ double backward_cap(DType dtype) { return dtype == DType::kFloat16 ? 6e-3 : 3e-2
   for (int g = 0; g < kGradients; ++g) {
     const double cap = backward_cap(dtype) * std::max(1.0, r.ref_max[g]);
     ok = ok && std::isfinite(r.err[g]) && r.err[g] <= 3 * r.low_err[g] + 1e-5 && r.err[g] <= cap;
+  }
+  if (r.has_dsinks) {
+    // dsinks is a sum over every row of a head of exp(sink - L_i) * rowsum(dout_i * out_i),
+    // and out is the forward's 16-bit output: its rounding does not cancel in that sum
+    // as it does in dq, dk and dv, which leaves even an exact computation from it about
+    // 1e-3 off the exact gradient (measured: within 4e-8 of the formula on the stored
+    // out and lse, and 1e-3 from the exact one, all of it from out). So: the formula on
+    // this call's out and lse to fp32 rounding, and the exact gradient within the cap.
+    const double cap = backward_cap(dtype) * std::max(1.0, r.dsinks_max);
+    const double own_bound = 1e-5 + 1e-4 * r.dsinks_own_max;
+    ok = ok && std::isfinite(r.dsinks_err) && r.dsinks_own_err <= own_bound && r.dsinks_err <= cap;
   }
   if (ok) return ::testing::AssertionSuccess() << r.summary();
   return ::testing::AssertionFailure() << r.summary();

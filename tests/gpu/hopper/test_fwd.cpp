@@ -103,6 +103,36 @@ TEST_P(FwdGeneral, MatchesReferenceOverShapeList) {
   }
 }
 
+// Sinks (a logit per head in each row's denominator, fa3/attention.h) run on the
+// general kernels: out and lse against the reference, one head's sink -inf (none),
+// with no mask, causal (rows without keys: lse is the sink) and a window with softcap.
+TEST_P(FwdGeneral, SinksMatchReference) {
+  FA3_REQUIRE_HOPPER();
+  const auto [dtype, d] = GetParam();
+  const float values[8] = {0.5f, -1.f, 2.5f, -30.f, 0.f, 1.5f, -INFINITY, 3.f};
+  DeviceBuffer sinks(sizeof(values));
+  FA3_CUDA_CHECK(cudaMemcpy(sinks.get(), values, sizeof(values), cudaMemcpyHostToDevice));
+  const GeneralCase cases[] = {{"plain", false, -1, -1, 0.f}, {"causal", true, -1, 0, 0.f},
+                               {"window_softcap", false, 100, 37, 5.f}};
+  std::uint64_t seed = 7000 + static_cast<std::uint64_t>(d);
+  for (const GeneralCase& c : cases) {
+    for (const Shape& s : accuracy_shapes()) {
+      SCOPED_TRACE(testing::Message() << "sinks, " << c.name << ": batch " << s.batch << " sq " << s.seqlen_q
+                                      << " sk " << s.seqlen_k << " heads " << s.nheads_q << ":" << s.nheads_kv);
+      Inputs in = make_inputs(dtype, s, d, c.causal, seed += 17);
+      in.args.options = c.options();
+      in.args.sinks = TensorView::contiguous(sinks.get(), DType::kFloat32, {s.nheads_q});
+      std::vector<std::string> kernels;
+      const Status listed = forward_kernels(in.args, &kernels);
+      ASSERT_TRUE(listed.is_ok()) << listed.to_string();
+      if (kernels.empty()) GTEST_SKIP() << "no general kernel was built for " << dtype_name(dtype) << " hdim " << d;
+      for (const std::string& kernel : kernels) {
+        EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel), dtype)) << "kernel " << kernel;
+      }
+    }
+  }
+}
+
 std::string general_name(const ::testing::TestParamInfo<FwdGeneral::ParamType>& info) {
   const auto [dtype, d] = info.param;
   return std::string(dtype_name(dtype)) + "_hdim" + std::to_string(d);
