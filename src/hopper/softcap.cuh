@@ -11,8 +11,10 @@
 // the softcap's: the softmax already spends one special-function (MUFU) operation per
 // score, which with the GEMMs' 2 · d FLOPs per score keeps MUFU about as busy as the
 // tensor cores; every further MUFU operation per score slows a tile down. So tanh
-// takes one exp2 and computes its reciprocal with FMAs (a first MUFU version with
-// ex2 + rcp ran causal hdim 128 16k at 200 TFLOP/s against 646 without the cap).
+// takes one exp2 and computes its reciprocal with FMAs. Causal hdim 128 16k: 200
+// TFLOP/s with ex2 + rcp, 231 with this, 353 once general tiles took the dynamic tile
+// order, against 638 without the cap; the instructions per score, not MUFU, now bound
+// it (docs/perf-log.md).
 #pragma once
 
 #include <cute/tensor.hpp>
