@@ -8,7 +8,9 @@
 // Masking follows FlashAttention 2/3: query i may see key j when
 //   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
 // a negative window side meaning "unbounded"; causal is window_right = 0, i.e. the mask is
-// aligned to the bottom-right corner when seqlen_q != seqlen_k. A query row that sees no
+// aligned to the bottom-right corner when seqlen_q != seqlen_k. With attention_chunk = C
+// > 0 (chunked attention, as Llama 4 uses) query i also sees only the keys of its own
+// chunk: j / C == (i + seqlen_k - seqlen_q) / C, rounding down. A query row that sees no
 // key gets output 0 and lse -inf.
 //
 // Attention sinks (optional, gpt-oss style): one fp32 logit sink_h per query head that
@@ -39,6 +41,7 @@ struct AttentionOptions {
   int window_left = -1;       // keys before the diagonal a query may see; -1: unbounded
   int window_right = -1;      // keys after the diagonal; -1: unbounded; causal means 0
   float softcap = 0.f;        // > 0: scores become softcap * tanh(scores / softcap)
+  int attention_chunk = 0;    // > 0: queries see only keys of their own chunk (see above)
 };
 
 struct ForwardArgs {

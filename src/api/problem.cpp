@@ -4,8 +4,8 @@ namespace fa3 {
 
 double Problem::forward_flops() const {
   double pairs = 0;
-  const bool plain_causal = causal && window_left < 0 && seqlen_q == seqlen_k;
-  if (!has_window()) {
+  const bool plain_causal = causal && window_left < 0 && chunk == 0 && seqlen_q == seqlen_k;
+  if (!restricts_keys()) {
     pairs = static_cast<double>(seqlen_q) * static_cast<double>(seqlen_k);
   } else if (plain_causal) {
     pairs = 0.5 * static_cast<double>(seqlen_q) * static_cast<double>(seqlen_k);

@@ -22,20 +22,32 @@ struct Problem {
   std::int64_t window_left = -1;   // resolved: -1 unbounded
   std::int64_t window_right = -1;  // resolved: causal gives 0
   float softcap = 0.f;             // 0: off
+  std::int64_t chunk = 0;          // attention_chunk; 0: none
   bool has_sinks = false;          // attention sinks given (fa3/attention.h)
 
   std::int64_t group_size() const { return nheads_q / nheads_kv; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  bool restricts_keys() const { return has_window() || chunk > 0; }
 
   // The keys query row i may see are [first_key(i), last_key(i)] (empty when first > last).
   // The diagonal is aligned to the bottom-right corner: query i sits at key i + sk - sq.
+  // Both bounds never decrease with i, chunks included (the tiled paths rely on it).
   std::int64_t first_key(std::int64_t i) const {
-    if (window_left < 0) return 0;
-    return std::max<std::int64_t>(0, i + seqlen_k - seqlen_q - window_left);
+    std::int64_t first = window_left < 0 ? 0 : std::max<std::int64_t>(0, i + seqlen_k - seqlen_q - window_left);
+    if (chunk > 0) first = std::max(first, chunk_start(i));
+    return first;
   }
   std::int64_t last_key(std::int64_t i) const {
-    if (window_right < 0) return seqlen_k - 1;
-    return std::min<std::int64_t>(seqlen_k - 1, i + seqlen_k - seqlen_q + window_right);
+    std::int64_t last =
+        window_right < 0 ? seqlen_k - 1 : std::min<std::int64_t>(seqlen_k - 1, i + seqlen_k - seqlen_q + window_right);
+    if (chunk > 0) last = std::min(last, chunk_start(i) + chunk - 1);
+    return last;
+  }
+  // The first key of query i's chunk (rounded down, also for queries before key 0).
+  std::int64_t chunk_start(std::int64_t i) const {
+    const std::int64_t pos = i + seqlen_k - seqlen_q;
+    const std::int64_t c = pos >= 0 ? pos / chunk : -((-pos + chunk - 1) / chunk);
+    return c * chunk;
   }
   bool visible(std::int64_t i, std::int64_t j) const { return j >= first_key(i) && j <= last_key(i); }
 

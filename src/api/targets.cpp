@@ -67,6 +67,7 @@ ValidationTarget cpu_target() {
   t.supports_window = true;
   t.supports_softcap = true;
   t.supports_sinks = true;
+  t.supports_chunk = true;
   return t;
 }
 

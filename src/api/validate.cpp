@@ -236,11 +236,18 @@ Status check_options(const AttentionOptions& o, const ValidationTarget& target, 
   if (o.softcap > 0.f && !target.supports_softcap) {
     return unsupported("softcap is not implemented on this path yet");
   }
+  if (o.attention_chunk < 0) {
+    return invalid(cat("attention_chunk must be >= 0 (0: none), got ", o.attention_chunk));
+  }
+  if (o.attention_chunk > 0 && !target.supports_chunk) {
+    return unsupported("attention_chunk: chunked attention is not implemented on this path yet");
+  }
   p->softmax_scale = o.softmax_scale > 0.f ? o.softmax_scale : 1.f / std::sqrt(static_cast<float>(p->head_dim));
   p->causal = o.causal;
   p->window_left = o.window_left;
   p->window_right = o.causal ? 0 : o.window_right;
   p->softcap = o.softcap;
+  p->chunk = o.attention_chunk;
   return Status::ok();
 }
 

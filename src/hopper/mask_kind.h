@@ -13,7 +13,7 @@ namespace fa3::hopper {
 enum class MaskKind { kPlain, kCausal, kGeneral };
 
 inline MaskKind mask_kind(const Problem& p) {
-  if (p.softcap > 0.f || p.window_left >= 0 || p.has_sinks) return MaskKind::kGeneral;
+  if (p.softcap > 0.f || p.window_left >= 0 || p.has_sinks || p.chunk > 0) return MaskKind::kGeneral;
   // A window of (-1, 0) is causal whether or not the caller said so.
   if (p.window_right == 0) return MaskKind::kCausal;
   return p.window_right < 0 ? MaskKind::kPlain : MaskKind::kGeneral;

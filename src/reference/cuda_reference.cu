@@ -338,6 +338,8 @@ Status check_supported(const Problem& p, DType dtype) {
   if (dtype != DType::kBFloat16 && dtype != DType::kFloat16 && dtype != DType::kFloat32) {
     return {StatusCode::kNotSupported, "CUDA reference: unsupported dtype"};
   }
+  // Its masks are windows only; chunked attention is the CPU references' so far.
+  if (p.chunk > 0) return {StatusCode::kNotSupported, "CUDA reference: attention_chunk"};
   return Status::ok();
 }
 

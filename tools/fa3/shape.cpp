@@ -33,6 +33,7 @@ std::string AttentionShape::describe() const {
     s << ", window (" << options.window_left << ", " << options.window_right << ")";
   }
   if (options.softcap > 0.f) s << ", softcap " << options.softcap;
+  if (options.attention_chunk > 0) s << ", chunk " << options.attention_chunk;
   if (options.softmax_scale > 0.f) s << ", scale " << options.softmax_scale;
   if (!sinks.empty()) {
     const bool same = std::all_of(sinks.begin(), sinks.end(), [&](float x) { return x == sinks.front(); });

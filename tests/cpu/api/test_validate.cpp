@@ -273,6 +273,13 @@ TEST(ValidateForward, CpuTargetResolvesWindowAndSoftcap) {
   EXPECT_TRUE(p.causal);
   EXPECT_EQ(p.window_left, 16);
   EXPECT_EQ(p.window_right, 0);
+
+  a.options = {};
+  a.options.attention_chunk = 64;
+  ASSERT_TRUE(validate_forward(a, cpu_target(), &p).is_ok());
+  EXPECT_EQ(p.chunk, 64);
+  // The GPU kernels do not take chunks yet: their targets refuse them by name.
+  EXPECT_FALSE(gpu_target().supports_chunk);
 }
 
 TEST(ValidateForward, CpuTargetAcceptsEveryHostDtypeAndHeadDim) {

@@ -53,6 +53,12 @@ std::vector<RuleCase<Args>> option_cases() {
        }),
        kUnsupported, kNoWindow},
       {"softcap_unsupported", set([](O& o) { o.softcap = 30.f; }), kUnsupported, kNoSoftcap},
+      {"chunk_negative", set([](O& o) { o.attention_chunk = -4; }), kInvalid,
+       "attention_chunk must be >= 0 (0: none), got -4"},
+      {"chunk_unsupported", set([](O& o) { o.attention_chunk = 64; }), kUnsupported,
+       "attention_chunk: chunked attention is not implemented on this path yet"},
+      {"cpu_chunk_negative", set([](O& o) { o.attention_chunk = -1; }), kInvalid,
+       "attention_chunk must be >= 0 (0: none), got -1", TargetKind::kCpu},
       // The value rules hold on the CPU target too, which supports every feature.
       {"cpu_window_conflicts_with_causal", set([](O& o) {
          o.causal = true;

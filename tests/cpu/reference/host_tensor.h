@@ -156,6 +156,7 @@ struct Case {
   int window_right = -1;
   float softcap = 0.f;
   float softmax_scale = 0.f;
+  int attention_chunk = 0;
   // > 0: one sink per query head, drawn from N(0, sinks_stddev^2) after q, k, v; 0: none.
   float sinks_stddev = 0.f;
   Layout layout;      // of q, k, v and out
@@ -168,6 +169,7 @@ struct Case {
     o.window_left = window_left;
     o.window_right = window_right;
     o.softcap = softcap;
+    o.attention_chunk = attention_chunk;
     return o;
   }
 
@@ -176,7 +178,8 @@ struct Case {
     s << "b" << batch << " sq" << seqlen_q << " sk" << seqlen_k << " h" << nheads_q << ":" << nheads_kv << " d"
       << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "") << " window(" << window_left << ","
       << window_right << ")"
-      << " softcap" << softcap << (layout.order[1] != 1 ? " strided" : "") << (sinks_stddev > 0.f ? " sinks" : "");
+      << " softcap" << softcap << (attention_chunk > 0 ? " chunk" + std::to_string(attention_chunk) : "")
+      << (layout.order[1] != 1 ? " strided" : "") << (sinks_stddev > 0.f ? " sinks" : "");
     return s.str();
   }
 };

@@ -19,15 +19,25 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // and at most a few dozen terms per sum.
 constexpr double kTolerance = 2e-6;
 
-// The mask, restated from its definition in fa3/attention.h.
+// The mask, restated from its definition in fa3/attention.h: the window, then the
+// query's chunk (the keys j with floor(j / C) == floor(diag / C)).
+std::int64_t chunk_of(std::int64_t pos, std::int64_t size) {
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(pos) / static_cast<double>(size)));
+}
 std::int64_t first_key(const Case& c, std::int64_t i) {
   const std::int64_t diag = i + c.seqlen_k - c.seqlen_q;
-  return c.window_left < 0 ? 0 : std::max<std::int64_t>(0, diag - c.window_left);
+  std::int64_t first = c.window_left < 0 ? 0 : std::max<std::int64_t>(0, diag - c.window_left);
+  if (c.attention_chunk > 0) first = std::max(first, chunk_of(diag, c.attention_chunk) * c.attention_chunk);
+  return first;
 }
 std::int64_t last_key(const Case& c, std::int64_t i) {
   const std::int64_t diag = i + c.seqlen_k - c.seqlen_q;
   const int right = c.causal ? 0 : c.window_right;
-  return right < 0 ? c.seqlen_k - 1 : std::min<std::int64_t>(c.seqlen_k - 1, diag + right);
+  std::int64_t last = right < 0 ? c.seqlen_k - 1 : std::min<std::int64_t>(c.seqlen_k - 1, diag + right);
+  if (c.attention_chunk > 0) {
+    last = std::min(last, (chunk_of(diag, c.attention_chunk) + 1) * c.attention_chunk - 1);
+  }
+  return last;
 }
 
 std::int64_t out_at(const Case& c, std::int64_t b, std::int64_t i, std::int64_t h, std::int64_t d) {
@@ -120,12 +130,19 @@ TEST(KnownValues, SinkJoinsTheDenominatorWithoutAValue) {
 // With every key the same, every visible key gets the same weight, so each output
 // row is the mean of the values it may see.
 TEST(KnownValues, IdenticalKeysGiveTheMeanOfVisibleValues) {
-  Case masks[4];
+  Case masks[7];
   masks[1].causal = true;
   masks[2].window_left = 2;
   masks[2].window_right = 1;
   masks[3].causal = true;
   masks[3].window_left = 3;
+  // Chunked attention: alone, causal, and with a window crossing chunk edges.
+  masks[4].attention_chunk = 8;
+  masks[5].causal = true;
+  masks[5].attention_chunk = 5;
+  masks[6].window_left = 4;
+  masks[6].window_right = 3;
+  masks[6].attention_chunk = 6;
   for (Case c : masks) {
     c.batch = 2;
     c.seqlen_q = 21;
@@ -167,7 +184,10 @@ TEST(KnownValues, FullyMaskedRowsGiveZeroAndMinusInfinity) {
   window.seqlen_k = 9;
   window.window_left = 2;
   window.window_right = 1;
-  for (Case c : {causal, window}) {
+  // Queries before key 0 sit in chunks of their own, which hold no key.
+  Case chunked = causal;
+  chunked.attention_chunk = 3;
+  for (Case c : {causal, window, chunked}) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
       c.dtype = dtype;
       c.batch = 2;
