@@ -112,17 +112,21 @@ def mask_args(causal, window_size, seqlen_q, seqlen_k):
     return right == 0, left, right
 
 
-def reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin):
+def attention_chunk_arg(attention_chunk):
+    """attention_chunk as an int (0: none); a negative one is the C++ layer's to refuse."""
+    try:
+        return operator.index(attention_chunk)
+    except TypeError:
+        raise TypeError(f"attention_chunk: expected an int, got {attention_chunk!r}") from None
+
+
+def reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin):
     """Raises NotImplementedError for any FlashAttention-3 option fa3 lacks, naming it."""
     if qv is not None:
         raise NotImplementedError("qv: the extra query-times-value input is not supported by fa3 yet; pass qv=None")
     for name, value in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         if value is not None:
             raise NotImplementedError(f"{name}: FP8 descaling is not supported by fa3 yet; pass {name}=None")
-    if attention_chunk != 0:
-        raise NotImplementedError(
-            f"attention_chunk={attention_chunk}: chunked attention is not supported by fa3 yet; pass 0"
-        )
     if num_splits > 1:
         raise NotImplementedError(
             f"num_splits={num_splits}: split-KV is not supported by fa3 yet; pass 1 (or 0 to let fa3 choose)"

@@ -36,7 +36,7 @@ def _detached(t):
     return t.detach() if t is not None and t.requires_grad else t
 
 
-def _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap):
+def _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk):
     """Allocates (out, lse) and runs the extension's forward into them."""
     q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
     out, lse = _forward_outputs(q, v)
@@ -52,6 +52,7 @@ def _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_righ
         window_left=window_left,
         window_right=window_right,
         softcap=softcap,
+        attention_chunk=attention_chunk,
         **_placement(q),
     )
     return out, lse
@@ -77,14 +78,17 @@ def attention_forward(
     window_right: int,
     softcap: float,
     deterministic: bool,
+    attention_chunk: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse). softmax_scale 0.0 means 1/sqrt(headdim). `deterministic`
     is the backward pass's setting, carried here so that autograd can see it."""
-    return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap)
+    return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
 
 
 @attention_forward.register_fake
-def _attention_forward_fake(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+def _attention_forward_fake(
+    q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk=0
+):
     return _forward_outputs(q, v)
 
 
@@ -103,6 +107,7 @@ def attention_backward(
     window_right: int,
     softcap: float,
     deterministic: bool,
+    attention_chunk: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv, dsinks) for the forward call with the same sinks and options;
     dsinks is empty (0 elements) when sinks is None, since an op cannot return None."""
@@ -118,6 +123,7 @@ def attention_backward(
         "window_right": window_right,
         "softcap": softcap,
         "deterministic": deterministic,
+        "attention_chunk": attention_chunk,
     }
     _C.backward(*tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
     return dq, dk, dv, dsinks
@@ -149,7 +155,8 @@ def _backward_workspace(tensors, options):
 
 @attention_backward.register_fake
 def _attention_backward_fake(
-    dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic
+    dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
+    attention_chunk=0,
 ):
     return tuple(t.new_empty(t.shape) for t in (q, k, v)) + (_dsinks_like(q, sinks),)
 
@@ -214,9 +221,11 @@ def _direct_call_allowed(q, k, v, sinks):
     return not (function_modes() or dispatch_modes() or functorch_stack() is not None or profiling())
 
 
-def forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+def forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk):
     """fa3::fwd's (out, lse): directly when _direct_call_allowed, else through the op.
     The arguments are flash_attn_func's, already checked (_checks)."""
     if _direct_call_allowed(q, k, v, sinks):
-        return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap)
-    return attention_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic)
+        return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
+    return attention_forward(
+        q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk
+    )

@@ -72,17 +72,20 @@ def flash_attn_func(
     row of scaled scores (and of the row's sink, with sinks), (batch, nheads,
     seqlen_q) in float32.
 
-    Not supported yet (NotImplementedError): qv, q/k/v_descale, attention_chunk != 0,
-    num_splits > 1, pack_gqa=True, sm_margin != 0; on CUDA tensors also a sliding
-    window, softcap and sinks, in both passes.
+    attention_chunk=C > 0 (chunked attention, as Llama 4 uses): a query also sees only
+    the keys of its own chunk of C positions, j // C == (i + seqlen_k - seqlen_q) // C.
+
+    Not supported yet (NotImplementedError): qv, q/k/v_descale, num_splits > 1,
+    pack_gqa=True, sm_margin != 0; on CUDA tensors also attention_chunk != 0.
     """
-    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, attention_chunk, num_splits, pack_gqa, sm_margin)
+    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin)
+    chunk = _checks.attention_chunk_arg(attention_chunk)
     _checks.check_qkv(q, k, v)
     _checks.check_sinks(sinks, q)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], k.shape[1])
     out, softmax_lse = _torch_ops.forward(
-        q, k, v, sinks, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic)
+        q, k, v, sinks, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic), chunk
     )
     return (out, softmax_lse) if return_attn_probs else out
 

@@ -30,13 +30,15 @@ using namespace nb::literals;
 namespace fa3::python {
 namespace {
 
-AttentionOptions make_options(float softmax_scale, bool causal, int window_left, int window_right, float softcap) {
+AttentionOptions make_options(float softmax_scale, bool causal, int window_left, int window_right, float softcap,
+                              int attention_chunk) {
   AttentionOptions o;
   o.softmax_scale = softmax_scale;
   o.causal = causal;
   o.window_left = window_left;
   o.window_right = window_right;
   o.softcap = softcap;
+  o.attention_chunk = attention_chunk;
   return o;
 }
 
@@ -44,7 +46,8 @@ cudaStream_t as_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStre
 
 void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
              const std::optional<OutArray>& lse, const std::optional<InArray>& sinks, float softmax_scale, bool causal,
-             int window_left, int window_right, float softcap, std::uintptr_t stream, int num_threads) {
+             int window_left, int window_right, float softcap, int attention_chunk, std::uintptr_t stream,
+             int num_threads) {
   Placement where;
   ForwardArgs args;
   args.q = to_view("q", q, where);
@@ -53,7 +56,7 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
   args.out = to_view("out", out, where);
   if (lse) args.lse = to_view("lse", *lse, where);
   if (sinks) args.sinks = to_view("sinks", *sinks, where);
-  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap);
+  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
 
   Status status;
   {
@@ -74,7 +77,7 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
                            const InArray& out, const InArray& lse, const Grad& dq, const Grad& dk, const Grad& dv,
                            const std::optional<InArray>& sinks, const std::optional<Grad>& dsinks, float softmax_scale,
                            bool causal, int window_left, int window_right, float softcap, bool deterministic,
-                           Placement& where) {
+                           int attention_chunk, Placement& where) {
   BackwardArgs args;
   args.q = to_view("q", q, where);
   args.k = to_view("k", k, where);
@@ -87,7 +90,7 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
   args.dv = to_view("dv", dv, where);
   if (sinks) args.sinks = to_view("sinks", *sinks, where);
   if (dsinks) args.dsinks = to_view("dsinks", *dsinks, where);
-  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap);
+  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
   args.deterministic = deterministic;
   return args;
 }
@@ -96,10 +99,10 @@ void backward(const InArray& dout, const InArray& q, const InArray& k, const InA
               const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
               const std::optional<InArray>& sinks, const std::optional<OutArray>& dsinks, float softmax_scale,
               bool causal, int window_left, int window_right, float softcap, bool deterministic,
-              const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads) {
+              int attention_chunk, const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads) {
   Placement where;
   BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
-                                    window_left, window_right, softcap, deterministic, where);
+                                    window_left, window_right, softcap, deterministic, attention_chunk, where);
   // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
   if (workspace && where.on_cuda()) {
     const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
@@ -123,10 +126,11 @@ std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const
                                     const InArray& out, const InArray& lse, const InArray& dq, const InArray& dk,
                                     const InArray& dv, const std::optional<InArray>& sinks,
                                     const std::optional<InArray>& dsinks, float softmax_scale, bool causal,
-                                    int window_left, int window_right, float softcap, bool deterministic) {
+                                    int window_left, int window_right, float softcap, bool deterministic,
+                                    int attention_chunk) {
   Placement where;
   const BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
-                                          window_left, window_right, softcap, deterministic, where);
+                                          window_left, window_right, softcap, deterministic, attention_chunk, where);
   // The CPU path takes no workspace; answering 0 lets a caller ask before every
   // backward() whatever the device.
   if (where.on_host()) return 0;
@@ -186,7 +190,7 @@ NB_MODULE(_C, m) {
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "sinks"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "stream"_a = 0, "num_threads"_a = 0,
+        "attention_chunk"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
         "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k, v\n"
         "(batch, seqlen_k, nheads_kv, head_dim); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
         "attention-sink logit per query head (nheads,); lse then includes the sink. softmax_scale 0 means\n"
@@ -195,7 +199,7 @@ NB_MODULE(_C, m) {
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(),
         "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "softmax_scale"_a = 0.f, "causal"_a = false,
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,
-        "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
+        "attention_chunk"_a = 0, "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
         "Attention backward pass: writes dq, dk, dv from the forward's out and lse and the gradient dout.\n"
         "sinks: the forward's (or None); dsinks: None, or an fp32 (nheads,) array to receive their gradient.\n"
         "deterministic: bitwise reproducible gradients (slower on the GPU). workspace: for CUDA tensors, a\n"
@@ -205,7 +209,7 @@ NB_MODULE(_C, m) {
   m.def("backward_workspace_size", &backward_workspace_size, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a,
         "dk"_a, "dv"_a, nb::kw_only(), "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "deterministic"_a = false,
+        "deterministic"_a = false, "attention_chunk"_a = 0,
         "Bytes of workspace that backward() needs for these arguments: for CUDA tensors after validating them\n"
         "as backward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
   m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");

@@ -14,8 +14,9 @@ import torch
 ABS_CAP = {torch.bfloat16: 2e-2, torch.float16: 4e-3}
 
 
-def allowed_keys(seqlen_q, seqlen_k, causal=False, window=(-1, -1), device="cpu"):
-    """Bool (seqlen_q, seqlen_k): may query i see key j (bottom-right aligned)."""
+def allowed_keys(seqlen_q, seqlen_k, causal=False, window=(-1, -1), device="cpu", chunk=0):
+    """Bool (seqlen_q, seqlen_k): may query i see key j (bottom-right aligned; with
+    chunk > 0 only keys of the query's own chunk)."""
     i = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
     j = torch.arange(seqlen_k, device=device)[None, :]
     left, right = window
@@ -26,10 +27,14 @@ def allowed_keys(seqlen_q, seqlen_k, causal=False, window=(-1, -1), device="cpu"
         allowed &= j >= i - left
     if right >= 0:
         allowed &= j <= i + right
+    if chunk > 0:
+        allowed &= torch.div(j, chunk, rounding_mode="floor") == torch.div(i, chunk, rounding_mode="floor")
     return allowed
 
 
-def reference(q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sinks=None):
+def reference(
+    q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sinks=None, chunk=0
+):
     """(out, lse) for q (b, sq, h, d), k/v (b, sk, hk, d), computed in `dtype`.
 
     out comes back in `dtype`, lse in float32 (natural log). Rows that see no key
@@ -46,7 +51,7 @@ def reference(q, k, v, *, dtype, softmax_scale=None, causal=False, window=(-1, -
     scores = torch.einsum("bqhd,bkhd->bhqk", qf, kf) * scale
     if softcap > 0:
         scores = softcap * torch.tanh(scores / softcap)
-    allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device)
+    allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device, chunk=chunk)
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs, lse = _probabilities(scores, allowed, sinks)
     out = torch.einsum("bhqk,bkhd->bqhd", probs, vf)
@@ -91,20 +96,31 @@ def reference_grads(q, k, v, dout, *, dtype, sinks=None, **mask):
     return _flash_grads(q, k, v, dout, dtype=dtype, sinks=sinks, **mask)
 
 
-def _flash_grads(q, k, v, dout, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sinks=None):
+def _flash_grads(
+    q, k, v, dout, *, dtype, softmax_scale=None, causal=False, window=(-1, -1), softcap=0.0, sinks=None, chunk=0
+):
     seqlen_q, nheads, head_dim = q.shape[1], q.shape[2], q.shape[3]
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
     group = nheads // nheads_k
     out, lse = reference(
-        q, k, v, dtype=dtype, softmax_scale=softmax_scale, causal=causal, window=window, softcap=softcap, sinks=sinks
+        q,
+        k,
+        v,
+        dtype=dtype,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        chunk=chunk,
     )
     qf, do = q.to(dtype), dout.to(dtype)
     kf = k.to(dtype).repeat_interleave(group, dim=2)
     vf = v.to(dtype).repeat_interleave(group, dim=2)
     raw = torch.einsum("bqhd,bkhd->bhqk", qf, kf) * scale
     capped = softcap * torch.tanh(raw / softcap) if softcap > 0 else raw
-    allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device)
+    allowed = allowed_keys(seqlen_q, seqlen_k, causal, window, device=q.device, chunk=chunk)
     scores = capped.masked_fill(~allowed, float("-inf"))
     probs, _ = _probabilities(scores, allowed, sinks)
     dv = torch.einsum("bhqk,bqhd->bkhd", probs, do)

@@ -86,7 +86,6 @@ def test_positional_arguments_follow_flash_attention_3():
         ("q_descale", "tensor", "q_descale"),
         ("k_descale", "tensor", "k_descale"),
         ("v_descale", "tensor", "v_descale"),
-        ("attention_chunk", 128, "attention_chunk"),
         ("num_splits", 2, "num_splits"),
         ("pack_gqa", True, "pack_gqa"),
         ("sm_margin", 4, "sm_margin"),

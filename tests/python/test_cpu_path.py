@@ -59,6 +59,45 @@ def test_sliding_window(window):
     check_forward(q, k, v, window_size=window)
 
 
+# Chunked attention (attention_chunk): alone, causal, with a window across chunk edges,
+# and with more queries than keys (the first queries' chunks hold no key).
+CHUNK_CASES = [
+    ((70, 90), {"attention_chunk": 16}),
+    ((70, 90), {"attention_chunk": 7, "causal": True}),
+    ((70, 90), {"attention_chunk": 32, "window_size": (5, 3)}),
+    ((90, 40), {"attention_chunk": 8, "causal": True}),
+]
+
+
+@pytest.mark.parametrize("seqlens, options", CHUNK_CASES, ids=["chunk", "causal", "window", "more-queries"])
+def test_attention_chunk(seqlens, options):
+    q, k, v = make_qkv(2, *seqlens, 4, 2, 64, torch.bfloat16, seed=21)
+    mask = {"causal": options.get("causal", False), "window": options.get("window_size", (-1, -1))}
+    mask["chunk"] = options["attention_chunk"]
+    out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    ref_out, ref_lse = reference(q, k, v, dtype=torch.float32, **mask)
+    low_out, low_lse = reference(q, k, v, dtype=q.dtype, **mask)
+    check_close("out", out, ref_out, low_out, abs_cap=ABS_CAP.get(q.dtype))
+    check_close("lse", lse, ref_lse, low_lse)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(22)).to(q.dtype)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fa3.flash_attn_func(*leaves, **options).backward(dout)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float32, **mask)
+    low = reference_grads(q, k, v, dout, dtype=q.dtype, **mask)
+    for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
+        check_close(name, leaf.grad, r, lo, factor=3.0)
+
+
+def test_attention_chunk_rules():
+    q, k, v = make_qkv(1, 8, 8, 2, 2, 64, torch.float32)
+    with pytest.raises(ValueError, match="attention_chunk must be >= 0"):
+        fa3.flash_attn_func(q, k, v, attention_chunk=-2)
+    with pytest.raises(TypeError, match="attention_chunk: expected an int"):
+        fa3.flash_attn_func(q, k, v, attention_chunk=2.5)
+    # A chunk covering every key is plain attention.
+    assert torch.equal(fa3.flash_attn_func(q, k, v, attention_chunk=64), fa3.flash_attn_func(q, k, v))
+
+
 def test_softcap_and_scale():
     q, k, v = make_qkv(2, 50, 60, 4, 4, 64, torch.bfloat16)
     check_forward(q, k, v, softcap=5.0, softmax_scale=0.3, causal=True)
