@@ -116,7 +116,9 @@ TEST(MaskQueryBlocks, MatchDefinitionForKeyBlocks) {
 
 // The general policy for one window, against Problem::visible: every block range covers
 // each visible (row, key) pair and starts and ends at a block holding one; a tile left
-// unmasked has every pair visible; each row's visible range is exact.
+// unmasked has every pair visible; each row's visible range is exact; and the forward's
+// key ranges and the backward's query ranges name the same (query block, key block)
+// pairs, which deterministic dQ turns count on.
 template <int kBlockM, int kBlockN>
 void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int right) {
   Problem pr;
@@ -187,6 +189,12 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
     } else {
       EXPECT_EQ(begin, first) << "key block " << n;
       EXPECT_EQ(end, last + 1) << "key block " << n;
+    }
+    for (int m = 0; m < m_blocks; ++m) {
+      const bool backward = begin <= m && m < end;
+      const bool forward =
+          mask.n_block_begin<kBlockM, kBlockN>(m) <= n && n < mask.n_block_end<kBlockM, kBlockN>(m);
+      ASSERT_EQ(forward, backward) << "query block " << m << ", key block " << n;
     }
   }
 }
