@@ -98,8 +98,8 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
 void backward(const InArray& dout, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
               const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
               const std::optional<InArray>& sinks, const std::optional<OutArray>& dsinks, float softmax_scale,
-              bool causal, int window_left, int window_right, float softcap, bool deterministic,
-              int attention_chunk, const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads) {
+              bool causal, int window_left, int window_right, float softcap, bool deterministic, int attention_chunk,
+              const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads) {
   Placement where;
   BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
                                     window_left, window_right, softcap, deterministic, attention_chunk, where);

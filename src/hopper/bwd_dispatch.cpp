@@ -17,7 +17,7 @@ namespace fa3::hopper {
 const std::vector<BwdKernelEntry>& bwd_kernels() {
   static const std::vector<BwdKernelEntry> kernels = {
 #define FA3_BWD_INSTANCE(dtype, hdim, mask)                                                              \
-  {std::string(#dtype) == "fp16" ? DType::kFloat16 : DType::kBFloat16, hdim, mask_kind_from_name(#mask),     \
+  {std::string(#dtype) == "fp16" ? DType::kFloat16 : DType::kBFloat16, hdim, mask_kind_from_name(#mask), \
    &bwd_##dtype##_hdim##hdim##_##mask},
 #include "bwd_registry.inc"
 #undef FA3_BWD_INSTANCE

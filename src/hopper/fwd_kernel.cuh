@@ -214,8 +214,8 @@ struct FwdKernel {
         Epilogue::store_lse(params.p, tid, tile, lse);
         if constexpr (kQEarly) next = next_tile(next_state);
       };
-      consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, mask, tile.m_block, keys, tOrO, softmax,
-                        q_read, last_pv_issued);
+      consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, mask, tile.m_block, keys, tOrO, softmax, q_read,
+                        last_pv_issued);
       auto o = rowcol_view(tOrO);
       rescale_rows(o, inv_sum);
       Epilogue::store_o(params, smem, epilogue_state, tid, tile, tOrO, lse);

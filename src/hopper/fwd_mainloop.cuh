@@ -258,15 +258,15 @@ struct FwdConsumer {
   }
 
   // Runs the tile's mainloop over key blocks `keys`, once the tile's Q has landed in Q
-  // stage `q_stage` (and, with Q in registers, is in q_frag). On return tOrO holds the unnormalized output
-  // and `softmax` the row statistics (empty rows: O = 0, sum 0); with Q read from
-  // shared memory, `q_read()` has been called as soon as the warpgroup's last Q·Kᵀ
-  // had completed. `last_pv_issued()` is called once the statistics are final and the
-  // last P·V is in flight (for a warpgroup that saw no key, at the end), so that work
-  // that does not need O overlaps that GEMM.
+  // stage `q_stage` (and, with Q in registers, is in q_frag). On return tOrO holds the
+  // unnormalized output and `softmax` the row statistics (empty rows: O = 0, sum 0);
+  // with Q read from shared memory, `q_read()` has been called as soon as the
+  // warpgroup's last Q·Kᵀ had completed. `last_pv_issued()` is called once the
+  // statistics are final and the last P·V is in flight (for a warpgroup that saw no
+  // key, at the end), so that work that does not need O overlaps that GEMM.
   template <class QFragment, class TensorO, class Softmax, class QueryRead, class LastPvIssued>
-  __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe,
-                           Pipeline& v_pipe, const Mask& mask, int m_block, KeyRange keys, TensorO& tOrO, Softmax& softmax,
+  __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe, Pipeline& v_pipe,
+                           const Mask& mask, int m_block, KeyRange keys, TensorO& tOrO, Softmax& softmax,
                            QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});

@@ -157,8 +157,7 @@ struct GeneralMask {
   __host__ __device__ bool needs_mask(int m_block, int n_block) const {
     const int row0 = m_block * kBlockM;
     // Past the sequence end; past the first row's last key; before the last row's first.
-    return (n_block + 1) * kBlockN > seqlen_k ||
-           (right >= 0 && (n_block + 1) * kBlockN - 1 > row0 + diag() + right) ||
+    return (n_block + 1) * kBlockN > seqlen_k || (right >= 0 && (n_block + 1) * kBlockN - 1 > row0 + diag() + right) ||
            (left >= 0 && n_block * kBlockN < row0 + kBlockM - 1 + diag() - left);
   }
   // Query blocks [*begin, end) that see key block n_block: from the first row whose

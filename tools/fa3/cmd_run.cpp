@@ -64,12 +64,13 @@ RunConfig parse_run(const std::vector<std::string>& args) {
       {"softcap", true,
        [&](const std::string& v) { s.options.softcap = static_cast<float>(parse_nonnegative("softcap", v)); }},
       {"chunk", true,
-       [&](const std::string& v) { s.options.attention_chunk = static_cast<int>(parse_int("chunk", v, 1, INT32_MAX)); }},
+       [&](const std::string& v) {
+         s.options.attention_chunk = static_cast<int>(parse_int("chunk", v, 1, INT32_MAX));
+       }},
       {"scale", true,
        [&](const std::string& v) { s.options.softmax_scale = static_cast<float>(parse_nonnegative("scale", v)); }},
       {"sinks", true, [&](const std::string& v) { sinks = parse_number_list("sinks", v); }},
-      {"check-rows", true,
-       [&](const std::string& v) { c.check_rows = parse_int("check-rows", v, 0, kMaxCheckRows); }},
+      {"check-rows", true, [&](const std::string& v) { c.check_rows = parse_int("check-rows", v, 0, kMaxCheckRows); }},
   };
   for (Flag& f : execution_flags(&c.exec)) flags.push_back(std::move(f));
   for (Flag& f : pass_flags(&c.pass)) flags.push_back(std::move(f));

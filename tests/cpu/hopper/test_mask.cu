@@ -169,8 +169,8 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
       if (mask.needs_mask<kBlockM, kBlockN>(m, n)) continue;
       for (int i = m * kBlockM; i < std::min((m + 1) * kBlockM, seqlen_q); ++i) {
         for (int j = n * kBlockN; j < (n + 1) * kBlockN; ++j) {
-          ASSERT_TRUE(j < seqlen_k && pr.visible(i, j)) << "unmasked tile " << m << "," << n << " hides (" << i
-                                                        << ", " << j << ")";
+          ASSERT_TRUE(j < seqlen_k && pr.visible(i, j))
+              << "unmasked tile " << m << "," << n << " hides (" << i << ", " << j << ")";
         }
       }
     }
@@ -192,8 +192,7 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
     }
     for (int m = 0; m < m_blocks; ++m) {
       const bool backward = begin <= m && m < end;
-      const bool forward =
-          mask.n_block_begin<kBlockM, kBlockN>(m) <= n && n < mask.n_block_end<kBlockM, kBlockN>(m);
+      const bool forward = mask.n_block_begin<kBlockM, kBlockN>(m) <= n && n < mask.n_block_end<kBlockM, kBlockN>(m);
       ASSERT_EQ(forward, backward) << "query block " << m << ", key block " << n;
     }
   }

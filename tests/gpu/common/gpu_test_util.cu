@@ -198,7 +198,7 @@ AttentionOptions GeneralCase::options() const {
 
 std::vector<GeneralCase> general_cases() {
   return {
-      {"window_100_37", false, 100, 37, 0.f},  {"left_200", false, 200, -1, 0.f},
+      {"window_100_37", false, 100, 37, 0.f},   {"left_200", false, 200, -1, 0.f},
       {"right_60", false, -1, 60, 0.f},         {"causal_left_130", true, 130, 0, 0.f},
       {"diagonal_only", false, 0, 0, 0.f},      {"softcap_2", false, -1, -1, 2.f},
       {"softcap_30_causal", true, -1, 0, 30.f}, {"softcap_5_window_256_16", false, 256, 16, 5.f},
@@ -400,10 +400,10 @@ GradientReference backward_reference(const BackwardArgs& args) {
     std::array<DeviceBuffer, kGradients> grads;
     for (int g = 0; g < kGradients; ++g) grads[g] = DeviceBuffer(sizes[g] * 4);
     DeviceBuffer dsinks_buffer(dsinks ? static_cast<std::size_t>(p.nheads_q) * 4 : 0);
-    const Status st = reference::cuda_backward(p, args.q, args.k, args.v, sinks, args.dout,
-                                               static_cast<float*>(grads[0].get()), static_cast<float*>(grads[1].get()),
-                                               static_cast<float*>(grads[2].get()),
-                                               static_cast<float*>(dsinks_buffer.get()), precision, nullptr);
+    const Status st =
+        reference::cuda_backward(p, args.q, args.k, args.v, sinks, args.dout, static_cast<float*>(grads[0].get()),
+                                 static_cast<float*>(grads[1].get()), static_cast<float*>(grads[2].get()),
+                                 static_cast<float*>(dsinks_buffer.get()), precision, nullptr);
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const bool exact = precision == reference::Precision::kExact;

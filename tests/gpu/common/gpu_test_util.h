@@ -142,7 +142,7 @@ GradientReference backward_reference(const BackwardArgs& args);
 // Per gradient: max|out - ref|, max|low - ref| and max|ref| (NaN anywhere gives +inf).
 struct BackwardReport {
   std::array<double, kGradients> err{}, low_err{}, ref_max{};
-  bool has_dsinks = false;  // args.dsinks given (backward_accurate says how it is checked)
+  bool has_dsinks = false;                        // args.dsinks given (backward_accurate says how it is checked)
   double dsinks_err = 0, dsinks_max = 0;          // against the exact reference
   double dsinks_own_err = 0, dsinks_own_max = 0;  // against the formula on this call's out and lse
   std::string summary() const;

@@ -88,8 +88,8 @@ TEST_P(FwdGeneral, MatchesReferenceOverShapeList) {
   std::uint64_t seed = 3000 * static_cast<std::uint64_t>(d);
   for (const GeneralCase& c : general_cases()) {
     for (const Shape& s : accuracy_shapes()) {
-      SCOPED_TRACE(testing::Message() << c.name << ": batch " << s.batch << " sq " << s.seqlen_q << " sk "
-                                      << s.seqlen_k << " heads " << s.nheads_q << ":" << s.nheads_kv);
+      SCOPED_TRACE(testing::Message() << c.name << ": batch " << s.batch << " sq " << s.seqlen_q << " sk " << s.seqlen_k
+                                      << " heads " << s.nheads_q << ":" << s.nheads_kv);
       Inputs in = make_inputs(dtype, s, d, c.causal, seed += 17);
       in.args.options = c.options();
       std::vector<std::string> kernels;
@@ -112,13 +112,13 @@ TEST_P(FwdGeneral, SinksMatchReference) {
   const float values[8] = {0.5f, -1.f, 2.5f, -30.f, 0.f, 1.5f, -INFINITY, 3.f};
   DeviceBuffer sinks(sizeof(values));
   FA3_CUDA_CHECK(cudaMemcpy(sinks.get(), values, sizeof(values), cudaMemcpyHostToDevice));
-  const GeneralCase cases[] = {{"plain", false, -1, -1, 0.f}, {"causal", true, -1, 0, 0.f},
-                               {"window_softcap", false, 100, 37, 5.f}};
+  const GeneralCase cases[] = {
+      {"plain", false, -1, -1, 0.f}, {"causal", true, -1, 0, 0.f}, {"window_softcap", false, 100, 37, 5.f}};
   std::uint64_t seed = 7000 + static_cast<std::uint64_t>(d);
   for (const GeneralCase& c : cases) {
     for (const Shape& s : accuracy_shapes()) {
-      SCOPED_TRACE(testing::Message() << "sinks, " << c.name << ": batch " << s.batch << " sq " << s.seqlen_q
-                                      << " sk " << s.seqlen_k << " heads " << s.nheads_q << ":" << s.nheads_kv);
+      SCOPED_TRACE(testing::Message() << "sinks, " << c.name << ": batch " << s.batch << " sq " << s.seqlen_q << " sk "
+                                      << s.seqlen_k << " heads " << s.nheads_q << ":" << s.nheads_kv);
       Inputs in = make_inputs(dtype, s, d, c.causal, seed += 17);
       in.args.options = c.options();
       in.args.sinks = TensorView::contiguous(sinks.get(), DType::kFloat32, {s.nheads_q});
