@@ -159,7 +159,7 @@ struct BwdKernel {
           next = scheduler.next(t, counter);
           TileCoord tile = scheduler.coord(t);
           tile.m_block = tile_block(params, n_blocks, tile.m_block);
-          const QueryRange range = query_range<Traits>(mask, tile.m_block);
+          const BlockRange range = query_range<Traits>(mask, tile.m_block);
           // The first step's Q and dO go out before the wait for K/V's buffers, which
           // lasts until the previous tile's epilogue is done with them.
           if (range.begin < range.end) producer.load_step(params, smem, q_pipe, do_pipe, tile, range.begin);
@@ -189,7 +189,7 @@ struct BwdKernel {
       if (tile.m_block < 0) break;
       const int n_block = tile.m_block;
       const std::int64_t bh = static_cast<std::int64_t>(tile.batch) * p.nheads_q + tile.head;
-      const QueryRange range = query_range<Traits>(mask, n_block);
+      const BlockRange range = query_range<Traits>(mask, n_block);
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         float* dq = workspace_floats(p, p.layout.dq_accum) +
@@ -240,7 +240,7 @@ struct BwdKernel {
       auto tdVrdV = consumer.dkv_accumulator();
       cute::clear(tdKrdK);
       cute::clear(tdVrdV);
-      const QueryRange range = query_range<Traits>(mask, n_block);
+      const BlockRange range = query_range<Traits>(mask, n_block);
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV,

@@ -27,14 +27,9 @@
 namespace fa3::hopper {
 
 // Query blocks [begin, end) of key block n_block.
-struct QueryRange {
-  int begin;
-  int end;
-};
-
 template <class Traits, class Mask>
-__device__ __forceinline__ QueryRange query_range(const Mask& mask, int n_block) {
-  QueryRange r;
+__device__ __forceinline__ BlockRange query_range(const Mask& mask, int n_block) {
+  BlockRange r;
   r.end = mask.template query_blocks<Traits::kBlockM, Traits::kBlockN>(n_block, &r.begin);
   return r;
 }

@@ -108,7 +108,7 @@ struct FwdKernel {
   // CTA of the cluster loads and runs the same ones (a query block past the sequence
   // end, which pads a head's blocks to the cluster size, would otherwise see none).
   // Paired tiles are plain (no window), whose blocks all start at 0.
-  __device__ static KeyRange tile_key_blocks(const Mask& mask, int m_block) {
+  __device__ static BlockRange tile_key_blocks(const Mask& mask, int m_block) {
     const int first = m_block / Traits::kCluster * Traits::kCluster;
     return {mask.template n_block_begin<Traits::kBlockM, Traits::kBlockN>(first),
             mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(first)};
@@ -136,7 +136,7 @@ struct FwdKernel {
           // first K/V loads.
           next = scheduler.next(t, params.tile_counter);
           const TileCoord tile = scheduler.coord(t);
-          const KeyRange keys = tile_key_blocks(mask, tile.m_block);
+          const BlockRange keys = tile_key_blocks(mask, tile.m_block);
           producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
           producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
           producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, keys);
@@ -187,7 +187,7 @@ struct FwdKernel {
     QState q_state;
     TileCoord tile = next_tile(q_state);
     while (tile.m_block >= 0) {
-      const KeyRange keys = tile_key_blocks(mask, tile.m_block);
+      const BlockRange keys = tile_key_blocks(mask, tile.m_block);
       OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(softmax_scale_log2_of(mask, params.p));
       // Once this warpgroup's last Q·Kᵀ from shared memory has completed: with O
       // elsewhere, Q's stage may take the next tile's Q; with O in Q's buffer, the other

@@ -23,12 +23,6 @@
 
 namespace fa3::hopper {
 
-// Key blocks [begin, end) of a tile, visited from end - 1 down to begin.
-struct KeyRange {
-  int begin;
-  int end;
-};
-
 template <class Traits>
 struct FwdProducer {
   using Element = typename Traits::Element;
@@ -50,7 +44,7 @@ struct FwdProducer {
   // buffer.
   template <class Params>
   __device__ void load_first_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                                TileCoord tile, KeyRange keys) {
+                                TileCoord tile, BlockRange keys) {
     if (keys.end <= keys.begin) return;
     const int n_end = keys.end;
     with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
@@ -60,7 +54,7 @@ struct FwdProducer {
 
   template <class Params>
   __device__ void load_rest_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                               TileCoord tile, KeyRange keys) {
+                               TileCoord tile, BlockRange keys) {
     with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
       // Not unrolled: unrolled, the compiler keeps each copy's key offset live across
       // the loop, and the producer's few registers spill.
@@ -266,7 +260,7 @@ struct FwdConsumer {
   // key, at the end), so that work that does not need O overlaps that GEMM.
   template <class QFragment, class TensorO, class Softmax, class QueryRead, class LastPvIssued>
   __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe, Pipeline& v_pipe,
-                           const Mask& mask, int m_block, KeyRange keys, TensorO& tOrO, Softmax& softmax,
+                           const Mask& mask, int m_block, BlockRange keys, TensorO& tOrO, Softmax& softmax,
                            QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});

@@ -21,6 +21,13 @@
 
 namespace fa3::hopper {
 
+// Blocks [begin, end) of one kind, which a tile of the other visits: a forward tile's
+// key blocks (visited from end - 1 down), a backward tile's query blocks.
+struct BlockRange {
+  int begin;
+  int end;
+};
+
 // Non-causal: every key is visible; only the sequence end is masked.
 struct NoMask {
   static constexpr bool kCausal = false;

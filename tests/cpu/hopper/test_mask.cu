@@ -143,6 +143,22 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
     }
     return false;
   };
+  // A block range [begin, end) of `what` `index` is tight: from the first block in
+  // [0, count) with a visible pair to one past the last; empty when there is none.
+  const auto expect_tight = [](int begin, int end, int count, auto&& has_pair, const char* what, int index) {
+    int first = -1, last = -1;
+    for (int b = 0; b < count; ++b) {
+      if (!has_pair(b)) continue;
+      if (first < 0) first = b;
+      last = b;
+    }
+    if (first < 0) {
+      EXPECT_LE(end, begin) << what << " " << index << " has no visible pair";
+    } else {
+      EXPECT_EQ(begin, first) << what << " " << index;
+      EXPECT_EQ(end, last + 1) << what << " " << index;
+    }
+  };
   SCOPED_TRACE(testing::Message() << "sq " << seqlen_q << " sk " << seqlen_k << " window (" << left << ", " << right
                                   << ") blocks " << kBlockM << "x" << kBlockN);
   for (int i = 0; i < seqlen_q; ++i) {
@@ -153,18 +169,7 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
   for (int m = 0; m < m_blocks; ++m) {
     const int begin = mask.n_block_begin<kBlockM, kBlockN>(m);
     const int end = mask.n_block_end<kBlockM, kBlockN>(m);
-    int first = -1, last = -1;
-    for (int n = 0; n < n_blocks; ++n) {
-      if (!seen(m, n)) continue;
-      if (first < 0) first = n;
-      last = n;
-    }
-    if (first < 0) {
-      EXPECT_LE(end, begin) << "query block " << m << " sees no key";
-    } else {
-      EXPECT_EQ(begin, first) << "query block " << m;
-      EXPECT_EQ(end, last + 1) << "query block " << m;
-    }
+    expect_tight(begin, end, n_blocks, [&](int n) { return seen(m, n); }, "query block", m);
     for (int n = begin; n < end; ++n) {
       if (mask.needs_mask<kBlockM, kBlockN>(m, n)) continue;
       for (int i = m * kBlockM; i < std::min((m + 1) * kBlockM, seqlen_q); ++i) {
@@ -178,18 +183,7 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
   for (int n = 0; n < n_blocks; ++n) {
     int begin = -1;
     const int end = mask.query_blocks<kBlockM, kBlockN>(n, &begin);
-    int first = -1, last = -1;
-    for (int m = 0; m < m_blocks; ++m) {
-      if (!seen(m, n)) continue;
-      if (first < 0) first = m;
-      last = m;
-    }
-    if (first < 0) {
-      EXPECT_LE(end, begin) << "key block " << n << " is seen by no row";
-    } else {
-      EXPECT_EQ(begin, first) << "key block " << n;
-      EXPECT_EQ(end, last + 1) << "key block " << n;
-    }
+    expect_tight(begin, end, m_blocks, [&](int m) { return seen(m, n); }, "key block", n);
     for (int m = 0; m < m_blocks; ++m) {
       const bool backward = begin <= m && m < end;
       const bool forward = mask.n_block_begin<kBlockM, kBlockN>(m) <= n && n < mask.n_block_end<kBlockM, kBlockN>(m);

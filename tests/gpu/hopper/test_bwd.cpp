@@ -166,6 +166,19 @@ void poison_gradients(const BackwardArgs& args) {
   for (const TensorView* g : gradient_views(args)) fill_nan(g->data, g->dtype, span_elements(*g));
 }
 
+// Runs the backward `runs` more times, the gradients poisoned before each, and expects
+// dq, dk and dv bitwise the same as they are now (deterministic mode).
+void expect_bitwise_over_repeats(BwdInputs& in, int runs) {
+  const auto first = gradient_bytes(in);
+  for (int run = 0; run < runs; ++run) {
+    poison_gradients(in.args);
+    ASSERT_TRUE(backward(in.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto again = gradient_bytes(in);
+    for (int g = 0; g < kGradients; ++g) ASSERT_EQ(again[g], first[g]) << kGradientNames[g] << ", run " << run;
+  }
+}
+
 // Elements of t's buffer outside its view that are not NaN (written by someone).
 std::int64_t written_outside_view(const PaddedTensor& t) {
   const TensorView flat = TensorView::contiguous(t.buffer.get(), t.view.dtype, {t.total_elements});
@@ -266,14 +279,7 @@ TEST_P(BwdGeneral, DeterministicIsBitwiseRepeatable) {
     in.args.options = c.options();
     prepare(in, true);
     EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
-    const auto first = gradient_bytes(in);
-    for (int run = 0; run < 100; ++run) {
-      poison_gradients(in.args);
-      ASSERT_TRUE(backward(in.args, nullptr).is_ok());
-      FA3_CUDA_CHECK(cudaDeviceSynchronize());
-      const auto again = gradient_bytes(in);
-      for (int g = 0; g < kGradients; ++g) ASSERT_EQ(again[g], first[g]) << kGradientNames[g] << ", run " << run;
-    }
+    expect_bitwise_over_repeats(in, 100);
   }
 }
 
@@ -409,14 +415,7 @@ TEST(BwdGuards, DeterministicModeBitwiseOverManyRuns) {
       SCOPED_TRACE(testing::Message() << "heads " << s.nheads_q << ":" << s.nheads_kv << (causal ? " causal" : ""));
       BwdInputs in = make_inputs(c.dtype, s, c.head_dim, causal, 7, true);
       EXPECT_TRUE(backward_accurate(check_backward(in.args), c.dtype));
-      const auto first = gradient_bytes(in);
-      for (int run = 0; run < 100; ++run) {
-        poison_gradients(in.args);
-        ASSERT_TRUE(backward(in.args, nullptr).is_ok());
-        FA3_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto again = gradient_bytes(in);
-        for (int g = 0; g < kGradients; ++g) ASSERT_EQ(again[g], first[g]) << kGradientNames[g] << ", run " << run;
-      }
+      expect_bitwise_over_repeats(in, 100);
     }
   }
 }
