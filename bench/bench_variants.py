@@ -8,6 +8,9 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
   softcap50    softcap 50
   sinks        attention sinks (one logit per head, random), gradient included
   graph        the same call captured into a CUDA graph and replayed (eager vs replay)
+  hdimD        a head dim D without kernels of its own (--odd-hdims, default 80), run
+               on the next built head dim K, against that head dim's own call
+               (variant "hdimK"); same batch, seqlen and 16 heads, FLOPs of D
 
 FLOPs count the visible (query, key) pairs exactly (4 * pairs * hdim per head for the
 forward, 2.5x that for the backward), so a window's TFLOP/s is comparable with full
@@ -150,6 +153,7 @@ def run(args, gpu):
                         "impl": "fa3",
                         "pass": pass_,
                         "variant": variant,
+                        "baseline": "none",
                         "dtype": "bf16",
                         "hdim": hdim,
                         "causal": causal,
@@ -169,15 +173,66 @@ def run(args, gpu):
     return records
 
 
+def run_head_dims(args, gpu):
+    """Each head dim of --odd-hdims on the next built head dim's kernels, and that head
+    dim's own call: what running on a wider kernel costs."""
+    built = sorted(fa3.build_info()["head_dims"])
+    seqlen, nheads = args.seqlen, 16
+    batch = max(TOKENS // seqlen, 1)
+    records = []
+    for d in args.odd_hdims:
+        kernel_dim = next((b for b in built if b >= d), None)
+        if kernel_dim is None or kernel_dim == d:
+            continue
+        for causal in (False, True):
+            for hdim, variant in ((kernel_dim, f"hdim{kernel_dim}"), (d, f"hdim{d}")):
+                shape = (batch, seqlen, nheads, hdim)
+                q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+                err = check(fa3.flash_attn_func(q, k, v, causal=causal), q, k, v, causal, (-1, -1), 0.0, None)
+                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                out = fa3.flash_attn_func(qg, kg, vg, causal=causal)
+                timed = {
+                    "fwd": lambda q=q, k=k, v=v: fa3.flash_attn_func(q, k, v, causal=causal),
+                    "bwd": lambda out=out, inputs=(qg, kg, vg), dout=dout: torch.autograd.grad(
+                        out, inputs, dout, retain_graph=True
+                    ),
+                }
+                pairs = visible_pairs(seqlen, causal, (-1, -1))
+                for pass_ in args.passes:
+                    ms = median_ms(timed[pass_], args.rep_ms)
+                    flops = 4.0 * batch * nheads * pairs * hdim * (2.5 if pass_ == "bwd" else 1.0)
+                    records.append(
+                        {
+                            "impl": "fa3",
+                            "pass": pass_,
+                            "variant": variant,
+                            "baseline": f"hdim{kernel_dim}",
+                            "kernel_hdim": kernel_dim,
+                            "dtype": "bf16",
+                            "hdim": hdim,
+                            "causal": causal,
+                            "seqlen": seqlen,
+                            "batch": batch,
+                            "nheads": nheads,
+                            "rel_err": err,
+                            "ms": ms,
+                            "tflops": flops / ms / 1e9,
+                            "gpu": gpu,
+                        }
+                    )
+    return records
+
+
 def print_table(records):
-    base = {(r["pass"], r["causal"]): r["ms"] for r in records if r["variant"] == "none"}
-    print("| pass | causal | variant | ms | TFLOP/s | time vs none |")
+    ms = {(r["pass"], r["causal"], r["variant"]): r["ms"] for r in records}
+    print("| pass | causal | variant | ms | TFLOP/s | time vs baseline |")
     print("|---|---|---|---|---|---|")
     for r in records:
-        ratio = r["ms"] / base[(r["pass"], r["causal"])]
+        ratio = r["ms"] / ms[(r["pass"], r["causal"], r["baseline"])]
         print(
             f"| {r['pass']} | {'yes' if r['causal'] else 'no'} | {r['variant']} | {r['ms']:.3f} | "
-            f"{r['tflops']:.0f} | {ratio:.3f} |"
+            f"{r['tflops']:.0f} | {ratio:.3f} ({r['baseline']}) |"
         )
 
 
@@ -188,13 +243,16 @@ def main(argv=None):
     parser.add_argument("--window", type=int, default=4096, help="keys per row of the window variant")
     parser.add_argument("--softcap", type=float, default=50.0)
     parser.add_argument("--passes", nargs="+", choices=["fwd", "bwd"], default=["fwd", "bwd"])
+    parser.add_argument(
+        "--odd-hdims", type=int, nargs="*", default=[80], help="head dims without kernels of their own to time"
+    )
     parser.add_argument("--rep-ms", type=int, default=200)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_variants.py needs a CUDA GPU")
     gpu = torch.cuda.get_device_name()
-    records = run(args, gpu)
+    records = run(args, gpu) + run_head_dims(args, gpu)
     print_table(records)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}-variants.json"

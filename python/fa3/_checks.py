@@ -60,6 +60,21 @@ def check_qkv(q, k, v):
             )
 
 
+def head_dim_padding(q, k, v):
+    """Zero columns to add to q, k and v on CUDA so that rows are whole 16-byte units.
+
+    The GPU's tensor copies (TMA) need every stride a multiple of 16 bytes; with a
+    head dim that is not a multiple of 8 elements the rows of a packed tensor are not.
+    0 on the CPU path, and when the head dims differ (the C++ layer then names the
+    mismatch with the caller's sizes)."""
+    if q.device.type != "cuda":
+        return 0
+    head_dim = q.shape[3]
+    if k.shape[3] != head_dim or v.shape[3] != head_dim:
+        return 0
+    return -head_dim % (16 // q.element_size())
+
+
 def check_sinks(sinks, q):
     """sinks: None, or one float32 logit per query head, (nheads,), on q's device.
 

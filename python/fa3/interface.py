@@ -45,7 +45,11 @@ def flash_attn_func(
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k,
     headdim), with nheads a multiple of nheads_k (GQA/MQA: query head h reads
     key/value head h // (nheads / nheads_k)). The last dimension of each must be
-    contiguous; other strides are free.
+    contiguous; other strides are free. Any headdim from 1 to 256 runs: on CUDA
+    tensors on the next head dim fa3 has kernels for (64, 96, 128, 192, 256), with
+    no copy when headdim is a multiple of 8; otherwise rows are not whole 16-byte
+    units, as the GPU's tensor copies need, so q, k and v are first copied with
+    zero columns added (and out is a view of the padded result).
 
     softmax_scale: default 1/sqrt(headdim). causal: query i sees keys
     j <= i + seqlen_k - seqlen_q (aligned to the bottom-right corner); a row that
@@ -84,9 +88,18 @@ def flash_attn_func(
     _checks.check_sinks(sinks, q)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], k.shape[1])
+    head_dim = q.shape[3]
+    pad = _checks.head_dim_padding(q, k, v)
+    if pad:
+        # Zero columns change no score and give output columns that are cut off; the
+        # default scale stays the one of the caller's head dim.
+        scale = scale or head_dim**-0.5
+        q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
     out, softmax_lse = _torch_ops.forward(
         q, k, v, sinks, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic), chunk
     )
+    if pad:
+        out = out[..., :head_dim]
     return (out, softmax_lse) if return_attn_probs else out
 
 

@@ -19,7 +19,9 @@ struct ValidationTarget {
   enum class Space { kHost, kDevice };
   Space space = Space::kDevice;
   std::vector<DType> dtypes;      // accepted input dtypes
-  std::vector<int> head_dims;     // accepted head dims; empty: any in [1, max_head_dim]
+  // The head dims kernels were built for: any head dim up to the largest runs, on the
+  // smallest at least as large. Empty: any in [1, max_head_dim].
+  std::vector<int> head_dims;
   int max_head_dim = 256;
   bool supports_window = false;   // sliding window (non-causal part of the mask)
   bool supports_softcap = false;

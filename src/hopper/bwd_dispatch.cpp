@@ -42,9 +42,18 @@ std::vector<int> bwd_head_dims() {
   return out;
 }
 
+int bwd_kernel_head_dim(std::int64_t d) {
+  for (int built : bwd_head_dims()) {
+    if (built >= d) return built;
+  }
+  return 0;
+}
+
 BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
-  const BwdConfig cfg = bwd_config(static_cast<int>(p.head_dim));
-  const BwdShape shape{p.batch, p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv, p.head_dim};
+  // The accumulators hold the kernel's head dim: its blocks are the MMA's tiles.
+  const int head_dim = bwd_kernel_head_dim(p.head_dim);
+  const BwdConfig cfg = bwd_config(head_dim);
+  const BwdShape shape{p.batch, p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv, head_dim};
   return bwd_workspace_layout(shape, cfg.block_m, cfg.block_n, deterministic);
 }
 
@@ -100,8 +109,9 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
 
 Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
   const MaskKind mask = mask_kind(p);
+  const int head_dim = bwd_kernel_head_dim(p.head_dim);
   for (const BwdKernelEntry& k : bwd_kernels()) {
-    if (k.dtype == a.q.dtype && k.head_dim == p.head_dim && k.mask == mask) {
+    if (k.dtype == a.q.dtype && k.head_dim == head_dim && k.mask == mask) {
       return k.launch(make_bwd_params(p, a, num_sms), stream);
     }
   }

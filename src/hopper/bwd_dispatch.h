@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "api/problem.h"
@@ -27,6 +28,9 @@ const std::vector<BwdKernelEntry>& bwd_kernels();
 // What was compiled.
 std::vector<DType> bwd_dtypes();
 std::vector<int> bwd_head_dims();
+
+// The compiled head dim that runs head dim `d`, as fwd_kernel_head_dim; 0 when none.
+int bwd_kernel_head_dim(std::int64_t d);
 
 // The workspace a call on `p` needs (hopper/bwd_workspace.h).
 BwdWorkspace bwd_workspace(const Problem& p, bool deterministic);

@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dq(const
           static_cast<std::int64_t>(m_block) * Traits::kBlockM * p.dq_row_stride;
   t.row_stride = p.dq_row_stride;
   t.rows = std::min(static_cast<int>(Traits::kBlockM), p.seqlen_q - m_block * Traits::kBlockM);
+  t.cols = p.head_dim;
   t.scale = p.softmax_scale;
   convert_accum_block<typename Traits::Element, typename Traits::TiledMmaDq, Traits::kBlockM, Traits::kHeadDim,
                       Traits::kDqSwap>(t);
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dkv(cons
           static_cast<std::int64_t>(n_block) * Traits::kBlockN * row_stride;
   t.row_stride = row_stride;
   t.rows = std::min(static_cast<int>(Traits::kBlockN), p.seqlen_k - n_block * Traits::kBlockN);
+  t.cols = p.head_dim;
   t.scale = 1.f;  // dK was scaled before it was summed
   convert_accum_block<typename Traits::Element, typename Traits::TiledMmaDkv, Traits::kBlockN, Traits::kHeadDim,
                       Traits::kDkvSwap>(t);
@@ -77,11 +79,12 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using BN = typename Traits::BN;
   using D = typename Traits::D;
 
-  const std::int64_t d = p.head_dim;
   auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
+  // As in the forward, the tensors have the call's head dim (kHeadDim or less).
   auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads) {
-    return Stride{detail::usable_stride(row, rows, d), _1{}, detail::usable_stride(head, heads, d * rows),
-                  detail::usable_stride(batch, p.batch, d * rows * heads)};
+    const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(p.head_dim));
+    const std::int64_t head_stride = detail::usable_stride(head, heads, row_stride * rows);
+    return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, p.batch, head_stride * heads)};
   };
   auto q_shape = make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch);
   auto kv_shape = make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch);
@@ -112,7 +115,7 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   const int m_blocks = static_cast<int>(p.layout.m_blocks);
   if constexpr (Kernel::Scheduler::kDynamic) {
     // Every tile of a head reads all of its Q and dO.
-    const double q_do_bytes = 2.0 * p.seqlen_q * p.head_dim * sizeof(Element);
+    const double q_do_bytes = 2.0 * p.seqlen_q * kHeadDim * sizeof(Element);
     params.heads_per_group = causal_heads_per_group(q_do_bytes, 1, static_cast<std::int64_t>(p.nheads_q) * p.batch,
                                                     p.num_sms, Traits::kBlockN, n_blocks);
   }

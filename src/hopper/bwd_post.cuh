@@ -22,6 +22,7 @@ struct AccumTarget {
   void* out;               // the output at the block's first row
   std::int64_t row_stride;
   int rows;                // rows of the block inside the sequence
+  int cols;                // the call's head dim (at most kHeadDim): columns to write
   float scale;
 };
 
@@ -61,10 +62,13 @@ __device__ void convert_accum_block(const AccumTarget& t) {
   __syncthreads();
   constexpr int kVecs = kHeadDim / 8;  // 16-byte vectors per row
   for (int i = tid; i < kRows * kVecs; i += kThreads) {
-    const int row = i / kVecs, vec = i % kVecs;
-    if (row < t.rows) {
-      *reinterpret_cast<uint4*>(static_cast<Element*>(t.out) + row * t.row_stride + vec * 8) =
-          *reinterpret_cast<const uint4*>(&tile[row * kPitch + vec * 8]);
+    const int row = i / kVecs, col = i % kVecs * 8;
+    Element* out = static_cast<Element*>(t.out) + row * t.row_stride + col;
+    if (row < t.rows && col + 8 <= t.cols) {
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(&tile[row * kPitch + col]);
+    } else if (row < t.rows && col < t.cols) {
+      // A head dim that is not a multiple of 8 ends inside this vector.
+      for (int c = 0; c < t.cols - col; ++c) out[c] = tile[row * kPitch + col + c];
     }
   }
 }

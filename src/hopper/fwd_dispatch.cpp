@@ -22,27 +22,28 @@ DType dtype_from_name(const char* name) {
 // The dispatcher's order of preference among tile shapes, best first; kernels whose
 // shape is not listed keep the build's order after these. Chosen by measurement
 // (docs/perf-log.md).
-std::vector<FwdTile> preferred_tiles(const Problem& p) {
+// `head_dim` is the kernels' (fwd_kernel_head_dim), which the measurements are of.
+std::vector<FwdTile> preferred_tiles(const Problem& p, int head_dim) {
   const MaskKind kind = mask_kind(p);
   if (kind == MaskKind::kGeneral) return {};  // one tile per head dim
-  if (p.head_dim == 64 && p.seqlen_k <= 1024) {
+  if (head_dim == 64 && p.seqlen_k <= 1024) {
     // Short rows of keys: a tile is a few key blocks, so its fixed cost weighs most,
     // and four warpgroups of 64-key blocks overlap it better than three of 128
     // (+7-10 % at 512-1k tokens, both masks; behind from 2k, where 64-key blocks cost
     // more per key than they save per tile).
     return {{256, 64}, {192, 128}};
   }
-  if (kind == MaskKind::kPlain && p.seqlen_k >= 4096 && p.head_dim >= 96) {
+  if (kind == MaskKind::kPlain && p.seqlen_k >= 4096 && head_dim >= 96) {
     // Long rows of keys: CTA pairs sharing each K/V load halve the L2 traffic that
     // costs clock under the power cap (+1-3 % from 4k keys at head dims 96-256, level
     // at hdim 192 4k); on shorter rows running in step costs more than that saves
     // (512-1k: 1-5 % behind). Head dim 64 gained nothing from pairs. The paired
     // tile is whichever one the build compiled for the head dim.
     for (const FwdKernelEntry& k : fwd_kernels()) {
-      if (k.head_dim == p.head_dim && k.mask == MaskKind::kPlain && k.tile.cluster > 1) return {k.tile};
+      if (k.head_dim == head_dim && k.mask == MaskKind::kPlain && k.tile.cluster > 1) return {k.tile};
     }
   }
-  if (kind == MaskKind::kPlain && p.head_dim == 256) {
+  if (kind == MaskKind::kPlain && head_dim == 256) {
     // A row's last key block is cut off at the sequence end but costs a whole one.
     // 64-key blocks cost about 3 % more per key than 80-key ones (2-6 % in the
     // measurements) and pad less at some lengths: 512 keys are 7 blocks of 80 (9 %
@@ -101,12 +102,20 @@ std::vector<int> fwd_head_dims() {
   return out;
 }
 
+int fwd_kernel_head_dim(std::int64_t d) {
+  for (int built : fwd_head_dims()) {
+    if (built >= d) return built;
+  }
+  return 0;
+}
+
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype) {
+  const int head_dim = fwd_kernel_head_dim(p.head_dim);
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (k.dtype == dtype && k.head_dim == p.head_dim && k.mask == mask_kind(p)) out.push_back(&k);
+    if (k.dtype == dtype && k.head_dim == head_dim && k.mask == mask_kind(p)) out.push_back(&k);
   }
-  const std::vector<FwdTile> order = preferred_tiles(p);
+  const std::vector<FwdTile> order = preferred_tiles(p, head_dim);
   auto rank = [&](const FwdKernelEntry* k) {
     const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) {
       return t.block_m == k->tile.block_m && t.block_n == k->tile.block_n &&

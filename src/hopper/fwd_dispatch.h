@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ const std::vector<FwdKernelEntry>& fwd_kernels();
 // What was compiled.
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
+
+// The compiled head dim that runs head dim `d`: the smallest at least `d` (its extra
+// columns read as zeros from TMA's out-of-bounds fill and are never stored), 0 when
+// every compiled one is smaller.
+int fwd_kernel_head_dim(std::int64_t d);
 
 // The compiled kernels that can run `p` with inputs of `dtype`, best first for its
 // shape (tile shapes preferred by measurement, then the build's order): the first is

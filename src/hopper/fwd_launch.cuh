@@ -61,15 +61,16 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using Stride = typename Traits::GmemStride;
   using StrideVt = typename Traits::GmemStrideVt;
 
-  const std::int64_t d = p.head_dim;
   auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
+  // The tensors' head dim is the call's: TMA reads the kernel's extra columns as zeros
+  // and stores none of them.
   auto qo_shape = make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch);
   auto kv_shape = make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch);
   auto vt_shape = make_shape(p.head_dim, p.seqlen_k, p.nheads_kv, p.batch);
   auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads) {
-    return Stride{detail::usable_stride(row, rows, d), _1{},
-                  detail::usable_stride(head, heads, d * rows),
-                  detail::usable_stride(batch, p.batch, d * rows * heads)};
+    const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(p.head_dim));
+    const std::int64_t head_stride = detail::usable_stride(head, heads, row_stride * rows);
+    return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, p.batch, head_stride * heads)};
   };
   const Stride q_stride = strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.seqlen_q, p.nheads_q);
   const Stride k_stride = strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.seqlen_k, p.nheads_kv);

@@ -16,6 +16,14 @@ inline std::int64_t usable_stride(std::int64_t stride, std::int64_t extent, std:
   return extent == 1 ? packed : stride;
 }
 
+// A packed row of `head_dim` elements, rounded up to whole 16-byte units: the row
+// stride of an extent-1 mode, whatever the head dim.
+template <class Element>
+constexpr std::int64_t padded_row(std::int64_t head_dim) {
+  constexpr std::int64_t kUnit = 16 / sizeof(Element);
+  return (head_dim + kUnit - 1) / kUnit * kUnit;
+}
+
 inline Status cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::ok();
   return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};

@@ -136,16 +136,35 @@ def test_tensors_on_another_device():
     assert all(g.device == q.device for g in grads)
 
 
-def test_unbuilt_head_dims_and_dtypes_are_refused():
-    for head_dim in sorted({64, 96, 128, 192, 256} - set(BUILT_HEAD_DIMS)) + [72]:
+# Head dims between and below the built ones (some not a multiple of 8, which the
+# Python layer pads by a copy), up to the largest built one.
+ANY_HEAD_DIMS = [
+    d for d in (1, 40, 80, 111, 160, 255) if d <= max(BUILT_HEAD_DIMS, default=0) and d not in BUILT_HEAD_DIMS
+]
+
+
+@pytest.mark.parametrize("head_dim", ANY_HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_any_head_dim_runs_on_the_next_built_kernel(head_dim, causal):
+    """Forward and backward (GQA) at head dims no kernel was built for, with the default
+    scale of the caller's head dim; out and the gradients have the caller's shapes."""
+    q, k, v = make_qkv(2, 300, 257, 8, 2, head_dim, BUILT_DTYPES[0])
+    out = check_forward(q, k, v, causal=causal)
+    assert out.shape == q.shape
+    grads = check_backward(q, k, v, causal=causal)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+
+
+def test_head_dims_past_the_largest_built_and_unbuilt_dtypes_are_refused():
+    for head_dim in (max(BUILT_HEAD_DIMS) + 1, 257):
         with pytest.raises(NotImplementedError, match=f"head dim {head_dim} is not supported"):
             fa3.flash_attn_func(*make_qkv(1, 64, 64, 2, 2, head_dim, BUILT_DTYPES[0]))
     with pytest.raises(NotImplementedError, match="fp32 is not supported on the GPU"):
         fa3.flash_attn_func(*make_qkv(1, 64, 64, 2, 2, BUILT_HEAD_DIMS[0], torch.float32))
 
 
-def test_unbuilt_head_dims_and_dtypes_are_refused_by_the_backward():
-    head_dims = sorted({64, 96, 128, 192, 256} - set(BUILT_HEAD_DIMS)) + [72]
+def test_head_dims_past_the_largest_built_and_unbuilt_dtypes_are_refused_by_the_backward():
+    head_dims = (max(BUILT_HEAD_DIMS) + 8, 264)
     cases = [(d, BUILT_DTYPES[0], f"head dim {d} is not supported") for d in head_dims]
     cases.append((BUILT_HEAD_DIMS[0], torch.float32, "fp32 is not supported on the GPU"))
     for head_dim, dtype, message in cases:

@@ -98,8 +98,14 @@ std::vector<Case> shape_cases() {
     for (TensorView* t : {&a.q, &a.k, &a.v, &a.out}) resize_dim(*t, 3, d);
   };
   return {
-      {"head_dim_72_on_device", on_args<Args>([all_head_dim](Args& a) { all_head_dim(a, 72); }), kUnsupported,
-       "q: head dim 72 is not supported; supported: 64, 96, 128, 192, 256"},
+      {"head_dim_257_on_device", on_args<Args>([all_head_dim](Args& a) { all_head_dim(a, 257); }), kUnsupported,
+       "q: head dim 257 is not supported; supported: 1 to 256 (kernels built for head dims 64, 96, 128, 192, 256)"},
+      {"head_dim_129_past_the_built_kernels",
+       [all_head_dim](Args& a, ValidationTarget& t) {
+         all_head_dim(a, 129);
+         t.head_dims = {64, 128};
+       },
+       kUnsupported, "q: head dim 129 is not supported; supported: 1 to 128 (kernels built for head dims 64, 128)"},
       {"head_dim_257_on_cpu", on_args<Args>([all_head_dim](Args& a) { all_head_dim(a, 257); }), kUnsupported,
        "q: head dim 257 is not supported; supported: 1 to 256", TargetKind::kCpu},
       {"batch_mismatch", on_args<Args>([](Args& a) {

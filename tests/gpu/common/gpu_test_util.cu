@@ -187,6 +187,32 @@ std::vector<Shape> accuracy_shapes() {
   return shapes;
 }
 
+std::int64_t written_outside_view(const PaddedTensor& t) {
+  const TensorView flat = TensorView::contiguous(t.buffer.get(), t.view.dtype, {t.total_elements});
+  const std::vector<float> all = dense_host(flat);
+  const TensorView& v = t.view;
+  std::int64_t written = 0;
+  for (std::int64_t i = 0; i < t.total_elements; ++i) {
+    const std::int64_t b = i / v.stride[0], r = (i % v.stride[0]) / v.stride[1];
+    const std::int64_t h = (i % v.stride[1]) / v.stride[2], e = i % v.stride[2];
+    const bool inside = b < v.shape[0] && r < v.shape[1] && h < v.shape[2] && e < v.shape[3];
+    if (!inside && !std::isnan(all[static_cast<std::size_t>(i)])) ++written;
+  }
+  return written;
+}
+
+std::vector<int> unbuilt_head_dims(const std::vector<int>& built) {
+  std::vector<int> out;
+  if (built.empty()) return out;
+  const int largest = *std::max_element(built.begin(), built.end());
+  for (int d : {1, 8, 40, 80, 111, 160, 224, 255}) {
+    if (d <= largest && std::find(built.begin(), built.end(), d) == built.end()) out.push_back(d);
+  }
+  return out;
+}
+
+std::int64_t row_pad_for(std::int64_t head_dim) { return (8 - head_dim % 8) % 8 + 8; }
+
 AttentionOptions GeneralCase::options() const {
   AttentionOptions o;
   o.causal = causal;

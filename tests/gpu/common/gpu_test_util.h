@@ -89,6 +89,17 @@ PaddedTensor make_tensor(DType dtype, std::int64_t d0, std::int64_t d1, std::int
 // factors has one entry per position.
 void scale_positions(PaddedTensor& t, const std::vector<float>& factors);
 
+// Elements of t's buffer outside its view that are not NaN (written by someone).
+std::int64_t written_outside_view(const PaddedTensor& t);
+
+// Head dims no kernel was built for (1 to 255, some not a multiple of 8), up to the
+// largest built one: each runs on the next built kernel up.
+std::vector<int> unbuilt_head_dims(const std::vector<int>& built);
+
+// Padding per row that makes a row of `head_dim` elements a whole number of 16-byte
+// units (what TMA needs of the strides) with at least 8 NaN elements after it.
+std::int64_t row_pad_for(std::int64_t head_dim);
+
 // Elements from the view's first to its last element (inclusive).
 std::int64_t span_elements(const TensorView& view);
 
