@@ -6,7 +6,7 @@
 // softmax then scales it by the cap instead of the softmax scale (softmax_scale_of):
 // cap·t is the capped score, and the multiply folds into the exp2's FMA.
 //
-// tanh is computed to about 2e-7 absolute error (tanh_accurate), not with tanh.approx,
+// tanh is computed to about 2e-7 absolute error (tanh_scaled), not with tanh.approx,
 // whose 2^-11 would be the largest error of a bf16 forward's scores. Its cost decides
 // the softcap's: the softmax already spends one special-function (MUFU) operation per
 // score, which with the GEMMs' 2 · d FLOPs per score keeps MUFU about as busy as the
@@ -25,31 +25,37 @@
 
 namespace fa3::hopper {
 
-// tanh(x) = (1 - e)/(1 + e) with e = exp(-2|x|) in (0, 1], the sign restored. 1/(1 + e)
-// on [1, 2] is a linear first guess (relative error <= 1/17) and three Newton steps
-// (1e-10), all FMAs. The error is ex2's (2^-22 of e): about 2e-7 absolute, 1e-6
-// relative where |tanh| >= 0.2. Large |x| gives e = 0 and exactly +-1; no inf or NaN
-// arises from a finite x.
-__device__ __forceinline__ float tanh_accurate(float x) {
-  constexpr float kMinusTwoLog2e = -2.8853900817779268f;
-  const float e = arch::exp2_approx(fabsf(x) * kMinusTwoLog2e);
+// tanh(x·scale) for scale > 0, given k = -2·scale·log2 e: (1 - e)/(1 + e) with
+// e = exp2(|x|·k) = exp(-2|x·scale|) in (0, 1], the sign restored from x. Folding the
+// scale into ex2's argument and the sign into a bit operation leaves nine FMA-pipe
+// instructions and one MUFU per score: 1/(1 + e) is a minimax quadratic in e (relative
+// error 1/99) and two Newton steps (1e-8 before rounding), all FMAs, and (1 - e)·r is
+// r - e·r. The error is ex2's (2^-22 of e): about 2e-7 absolute, 1e-6 relative where
+// |tanh| >= 0.2. Large |x| gives e = 0 and exactly +-1; no inf or NaN arises from a
+// finite x. The host form (tests) takes exp2f.
+__host__ __device__ __forceinline__ float tanh_scaled(float x, float k) {
+#ifdef __CUDA_ARCH__
+  const float e = arch::exp2_approx(fabsf(x) * k);
+#else
+  const float e = exp2f(fabsf(x) * k);
+#endif
   const float y = 1.f + e;
-  float r = fmaf(-8.f / 17.f, y, 24.f / 17.f);
-  CUTE_UNROLL
-  for (int i = 0; i < 3; ++i) r = fmaf(r, fmaf(-y, r, 1.f), r);
-  return copysignf((1.f - e) * r, x);
+  float r = fmaf(fmaf(32.f / 99.f, e, -80.f / 99.f), e, 98.f / 99.f);
+  r = fmaf(r, fmaf(-y, r, 1.f), r);
+  r = fmaf(r, fmaf(-y, r, 1.f), r);
+  return copysignf(fmaf(-e, r, r), x);
 }
 
 // The cap of a kernel that may have one (off when cap <= 0), on unscaled scores.
 struct Softcap {
   float cap;
-  float in;         // scale / cap: unscaled score to tanh's argument
+  float ex2_in;     // -2 log2 e · scale / cap: an unscaled score's tanh_scaled argument k
   float t_per_log;  // 1 / (cap · log2 e): tanh from a probability's log2 (slope below)
   bool on;
 
   __host__ __device__ Softcap(float cap_, float softmax_scale)
       : cap(cap_ > 0.f ? cap_ : 0.f),
-        in(cap_ > 0.f ? softmax_scale / cap_ : 0.f),
+        ex2_in(cap_ > 0.f ? -2.8853900817779268f * softmax_scale / cap_ : 0.f),
         t_per_log(cap_ > 0.f ? 1.f / (cap_ * 1.4426950408889634f) : 0.f),
         on(cap_ > 0.f) {}
 
@@ -58,7 +64,7 @@ struct Softcap {
   template <class Tensor>
   __device__ __forceinline__ void apply(Tensor& s) const {
     CUTE_UNROLL
-    for (int i = 0; i < cute::size(s); ++i) s(i) = tanh_accurate(s(i) * in);
+    for (int i = 0; i < cute::size(s); ++i) s(i) = tanh_scaled(s(i), ex2_in);
   }
 
   // The cap's slope 1 - tanh² at a score, recovered from its probability p and its
