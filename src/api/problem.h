@@ -16,7 +16,8 @@ struct Problem {
   std::int64_t seqlen_k = 0;
   std::int64_t nheads_q = 0;
   std::int64_t nheads_kv = 0;
-  std::int64_t head_dim = 0;
+  std::int64_t head_dim = 0;    // of q and k
+  std::int64_t head_dim_v = 0;  // of v and out
   float softmax_scale = 0.f;       // resolved: never 0
   bool causal = false;
   std::int64_t window_left = -1;   // resolved: -1 unbounded

@@ -138,6 +138,7 @@ Status check_qkv_shapes(const TensorView& q, const TensorView& k, const TensorVi
   p->nheads_q = q.shape[2];
   p->nheads_kv = k.shape[2];
   p->head_dim = q.shape[3];
+  p->head_dim_v = v.shape[3];
   return Status::ok();
 }
 

@@ -29,7 +29,8 @@ const std::vector<BwdKernelEntry>& bwd_kernels();
 std::vector<DType> bwd_dtypes();
 std::vector<int> bwd_head_dims();
 
-// The compiled head dim that runs head dim `d`, as fwd_kernel_head_dim; 0 when none.
+// The compiled head dim that runs head dim `d`: the smallest at least `d`, whose extra
+// columns read as zeros and are never stored; 0 when none is.
 int bwd_kernel_head_dim(std::int64_t d);
 
 // The workspace a call on `p` needs (hopper/bwd_workspace.h).

@@ -29,7 +29,7 @@ struct FwdEpilogue {
   using Element = typename Traits::Element;
   using BM = typename Traits::BM;
   using BN = typename Traits::BN;
-  using D = typename Traits::D;
+  using DV = typename Traits::DV;  // O's head dim (V's)
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
   static constexpr bool kStoreWarp = Traits::kCfg.o_store == OStore::kOwnBuffer;
   using SharedStorage = typename Traits::SharedStorage;
@@ -150,8 +150,8 @@ struct FwdEpilogue {
     using namespace cute;
     const FwdParams& p = params.p;
     Tensor sO = make_tensor(make_smem_ptr(smem.o_buffer(w)), typename Traits::SmemLayoutO{});
-    Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
-    Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<_64, D>{},
+    Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim_v, p.nheads_q, p.batch));
+    Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), Shape<_64, DV>{},
                            make_coord(tile.m_block * Traits::kConsumerWGs + w, _0{}));
     auto thr_tma = params.tma_o.get_slice(_0{});
     copy(params.tma_o, thr_tma.partition_S(sO), thr_tma.partition_D(gO));
@@ -219,12 +219,12 @@ struct FwdEpilogue {
   template <class TensorO>
   __device__ static void store_o_from_registers(const FwdParams& p, int tid, TileCoord tile, const TensorO& tOrO) {
     using namespace cute;
-    static_assert(sizeof(Element) == 2 && Traits::kHeadDim % 32 == 0);
-    constexpr int kGroups = Traits::kHeadDim / 8;  // eight-column groups per row
+    static_assert(sizeof(Element) == 2 && Traits::kHeadDimV % 32 == 0);
+    constexpr int kGroups = Traits::kHeadDimV / 8;  // eight-column groups per row
     auto rO = convert_fragment<Element>(tOrO);     // ((2, 2, kGroups), 1, 1): pair, row half, group
     const std::uint32_t* words = reinterpret_cast<const std::uint32_t*>(raw_pointer_cast(rO.data()));
     typename Traits::TiledMmaPV mma_pv;
-    Tensor tOcO = mma_pv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<BM, D>{}));
+    Tensor tOcO = mma_pv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<BM, DV>{}));
     auto coord = rowcol_view(tOcO);
     const int lane = tid % 32;
     const bool odd = lane & 1, upper = lane & 2;
@@ -249,12 +249,12 @@ struct FwdEpilogue {
         got = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
         (odd ? w[2] : w[3]) = got;
         const int col = 8 * (g0 + lane % 4);
-        if (row < p.seqlen_q && col + 8 <= p.head_dim) {
+        if (row < p.seqlen_q && col + 8 <= p.head_dim_v) {
           *reinterpret_cast<uint4*>(row_out + col) = make_uint4(w[0], w[1], w[2], w[3]);
-        } else if (row < p.seqlen_q && col < p.head_dim) {
+        } else if (row < p.seqlen_q && col < p.head_dim_v) {
           // The group a head dim that is not a multiple of 8 ends in (a smaller head dim
           // runs on this kernel): only its columns inside the head dim are O's.
-          store_partial_group(row_out + col, w, p.head_dim - col);
+          store_partial_group(row_out + col, w, p.head_dim_v - col);
         }
       }
     }

@@ -3,9 +3,9 @@
 // below; which tiles are compiled is the build's choice (src/CMakeLists.txt) and
 // which one runs is the dispatcher's (fwd_dispatch.cpp).
 //
-// Shared memory per CTA (bf16/fp16): Q q_stages*block_m*d*2, K and V
-// stages*block_n*d*2 each, and O block_m*d*2 when it has a buffer of its own. The
-// Hopper limit is 227 KB.
+// Shared memory per CTA (bf16/fp16), with d the Q/K head dim and dv V's: Q
+// q_stages*block_m*d*2, K stages*block_n*d*2, V stages*block_n*dv*2, and O
+// block_m*dv*2 when it has a buffer of its own. The Hopper limit is 227 KB.
 #pragma once
 
 namespace fa3::hopper {
@@ -60,10 +60,14 @@ inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.
 inline constexpr int kSmemReserveBytes = 2048;
 
-constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stages, bool o_buffer) {
+constexpr int fwd_smem_bytes(int head_dim, int head_dim_v, FwdTile tile, int stages, int q_stages, bool o_buffer) {
   const int q = tile.block_m * head_dim * 2;
-  const int kv = 2 * stages * tile.block_n * head_dim * 2;
-  return q_stages * q + kv + (o_buffer ? q : 0) + kSmemReserveBytes;
+  const int kv = stages * tile.block_n * (head_dim + head_dim_v) * 2;
+  const int o = tile.block_m * head_dim_v * 2;
+  return q_stages * q + kv + (o_buffer ? o : 0) + kSmemReserveBytes;
+}
+constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stages, bool o_buffer) {
+  return fwd_smem_bytes(head_dim, head_dim, tile, stages, q_stages, o_buffer);
 }
 
 // Register budgets, each a multiple of 8 in [24, 256] with registers_fit(): two
@@ -77,7 +81,10 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 // (docs/perf-log.md). A second Q buffer, where it fits, has the next tile's Q in
 // shared memory before this tile ends; with one, the consumers wait for it at every
 // tile start. O in Q's buffer (forced, "-oq") needs Q's single buffer.
-constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
+//
+// With a V head dim of its own (head_dim_v), the rules that concern O (its registers,
+// its rescale) follow head_dim_v and those that concern Q follow head_dim.
+constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile) {
   const int wgs = tile.block_m / 64;
   // Four warpgroups go through a 64-key block in about half the time three take for a
   // 128-key one, so two stages would request a tile's first block too late to hide
@@ -85,25 +92,26 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   const int stages = tile.stages != 0 ? tile.stages : wgs == 4 ? 3 : 2;
   OStore o_store = tile.o_store;
   if (o_store == OStore::kAuto) {
-    o_store = fwd_smem_bytes(head_dim, tile, stages, 1, true) <= kSmemLimitBytes ? OStore::kOwnBuffer
-                                                                                 : OStore::kRegisters;
+    o_store = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 1, true) <= kSmemLimitBytes ? OStore::kOwnBuffer
+                                                                                             : OStore::kRegisters;
   }
   int q_stages = tile.q_stages;
   if (q_stages == 0) {
-    const bool fits = fwd_smem_bytes(head_dim, tile, stages, 2, o_store == OStore::kOwnBuffer) <= kSmemLimitBytes;
+    const bool fits =
+        fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 2, o_store == OStore::kOwnBuffer) <= kSmemLimitBytes;
     q_stages = o_store != OStore::kQBuffer && fits ? 2 : 1;
   }
   // Two consumer warpgroups that hold O for head dims of 192 and up, or hold O in
   // registers through the epilogue, need 240 each; below that 224 suffice, and the
   // producer's 56 keep its TMA coordinates out of local memory (24 spill them).
-  const bool wide = head_dim >= 192 || o_store == OStore::kRegisters;
+  const bool wide = head_dim_v >= 192 || o_store == OStore::kRegisters;
   const int producer_regs = wgs == 2 ? (wide ? 24 : 56) : 32;
   const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : wgs == 3 ? 160 : 112;
   // Skipping O's rescale saves d/2 multiplies per row per key block but puts a warp
   // vote on the softmax's critical path. Two warpgroups at head dim 64, where the
   // softmax is the longer half of each step and one other warpgroup hides it, lost
   // 4 % on short causal rows; everywhere else it gained (docs/perf-log.md).
-  const bool lazy_rescale = head_dim > 64 || wgs > 2;
+  const bool lazy_rescale = head_dim_v > 64 || wgs > 2;
   // A warpgroup's causal diagonal ends 64 rows before the next one's. That leaves it a
   // whole key block short of the tile's last one whenever a block boundary falls in
   // between: in most tiles of three or more warpgroups or of key blocks that are not
@@ -129,5 +137,6 @@ constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) {
   return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
                    lazy_rescale, skip_blocks, q_registers, cluster_m};
 }
+constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) { return fwd_config(head_dim, head_dim, tile); }
 
 }  // namespace fa3::hopper

@@ -6,9 +6,10 @@
 
 namespace fa3::hopper {
 
-// One launcher per compiled (dtype, head dim, mask, tile), defined in generated files.
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster)          \
-  Status fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages##_##cluster( \
+// One launcher per compiled (dtype, head dims, mask, tile), defined in generated files;
+// `id` names the head dims: "128", or "192v128" for a V head dim of its own.
+#define FA3_FWD_INSTANCE(dtype, hdim, hdim_v, id, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster) \
+  Status fwd_##dtype##_hdim##id##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages##_##cluster(        \
       const FwdParams&, cudaStream_t);
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
@@ -22,7 +23,7 @@ DType dtype_from_name(const char* name) {
 // The dispatcher's order of preference among tile shapes, best first; kernels whose
 // shape is not listed keep the build's order after these. Chosen by measurement
 // (docs/perf-log.md).
-// `head_dim` is the kernels' (fwd_kernel_head_dim), which the measurements are of.
+// `head_dim` is the kernel's (fwd_kernel_head_dims), which the measurements are of.
 std::vector<FwdTile> preferred_tiles(const Problem& p, int head_dim) {
   const MaskKind kind = mask_kind(p);
   if (kind == MaskKind::kGeneral) return {};  // one tile per head dim
@@ -73,12 +74,13 @@ std::string FwdKernelEntry::name() const {
 
 const std::vector<FwdKernelEntry>& fwd_kernels() {
   static const std::vector<FwdKernelEntry> kernels = {
-#define FA3_FWD_INSTANCE(dtype, hdim, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster) \
-  {dtype_from_name(#dtype),                                                                       \
-   hdim,                                                                                          \
-   mask_kind_from_name(#mask),                                                                    \
-   {bm, bn, OStore::ostore_kind, stages, qstages, cluster},                                       \
-   &fwd_##dtype##_hdim##hdim##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages##_##cluster},
+#define FA3_FWD_INSTANCE(dtype, hdim, hdim_v, id, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster) \
+  {dtype_from_name(#dtype),                                                                                   \
+   hdim,                                                                                                      \
+   hdim_v,                                                                                                    \
+   mask_kind_from_name(#mask),                                                                                \
+   {bm, bn, OStore::ostore_kind, stages, qstages, cluster},                                                   \
+   &fwd_##dtype##_hdim##id##_##mask##_##bm##x##bn##_##ostore##_##stages##_##qstages##_##cluster},
 #include "fwd_registry.inc"
 #undef FA3_FWD_INSTANCE
   };
@@ -96,26 +98,33 @@ std::vector<DType> fwd_dtypes() {
 std::vector<int> fwd_head_dims() {
   std::vector<int> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
+    if (k.head_dim == k.head_dim_v && std::find(out.begin(), out.end(), k.head_dim) == out.end()) {
+      out.push_back(k.head_dim);
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-int fwd_kernel_head_dim(std::int64_t d) {
-  for (int built : fwd_head_dims()) {
-    if (built >= d) return built;
+HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv) {
+  HeadDims best;
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    const bool fits = k.head_dim >= d && k.head_dim_v >= dv;
+    if (fits && (best.qk == 0 || k.head_dim + k.head_dim_v < best.qk + best.v)) best = {k.head_dim, k.head_dim_v};
   }
-  return 0;
+  return best;
 }
 
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype) {
-  const int head_dim = fwd_kernel_head_dim(p.head_dim);
+  const HeadDims dims = fwd_kernel_head_dims(p.head_dim, p.head_dim_v);
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (k.dtype == dtype && k.head_dim == head_dim && k.mask == mask_kind(p)) out.push_back(&k);
+    if (k.dtype == dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v && k.mask == mask_kind(p)) {
+      out.push_back(&k);
+    }
   }
-  const std::vector<FwdTile> order = preferred_tiles(p, head_dim);
+  // The measurements behind the preferences are of equal head dims.
+  const std::vector<FwdTile> order = dims.qk == dims.v ? preferred_tiles(p, dims.qk) : std::vector<FwdTile>{};
   auto rank = [&](const FwdKernelEntry* k) {
     const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) {
       return t.block_m == k->tile.block_m && t.block_n == k->tile.block_n &&
@@ -159,6 +168,7 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   f.nheads_q = static_cast<int>(p.nheads_q);
   f.nheads_kv = static_cast<int>(p.nheads_kv);
   f.head_dim = static_cast<int>(p.head_dim);
+  f.head_dim_v = static_cast<int>(p.head_dim_v);
   f.softmax_scale = p.softmax_scale;
   f.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
   f.softcap = p.softcap;

@@ -18,7 +18,8 @@ namespace fa3::hopper {
 // One compiled forward kernel (from the configure-time kernel list).
 struct FwdKernelEntry {
   DType dtype;
-  int head_dim;
+  int head_dim;    // of Q and K
+  int head_dim_v;  // of V and O
   MaskKind mask;
   FwdTile tile;
   Status (*launch)(const FwdParams&, cudaStream_t);
@@ -30,14 +31,19 @@ struct FwdKernelEntry {
 
 const std::vector<FwdKernelEntry>& fwd_kernels();
 
-// What was compiled.
+// What was compiled: dtypes, and the head dims of kernels whose V head dim is the same.
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
 
-// The compiled head dim that runs head dim `d`: the smallest at least `d` (its extra
-// columns read as zeros from TMA's out-of-bounds fill and are never stored), 0 when
-// every compiled one is smaller.
-int fwd_kernel_head_dim(std::int64_t d);
+// The compiled (Q/K, V) head dims that run head dims (d, dv): of the kernels at
+// least that wide in both, the narrowest in all (a kernel for a separate V head dim,
+// or one of equal head dims); {0, 0} when none is. A kernel's extra columns read as
+// zeros (TMA's out-of-bounds fill), which change no score, and are never stored.
+struct HeadDims {
+  int qk = 0;
+  int v = 0;
+};
+HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv);
 
 // The compiled kernels that can run `p` with inputs of `dtype`, best first for its
 // shape (tile shapes preferred by measurement, then the build's order): the first is

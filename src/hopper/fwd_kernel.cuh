@@ -162,7 +162,7 @@ struct FwdKernel {
     constexpr bool kQEarly = Traits::kCfg.q_registers && !kOInQ;
     FwdConsumer<Traits, Mask> consumer(tid);
     typename Epilogue::State epilogue_state;
-    Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::D>{});
+    Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::DV>{});
     auto q_frag = consumer.q_fragment(smem);
     // Waits for stage `st` of Q and returns its tile; with Q in registers also loads
     // them, after which the stage is free (or, with O in Q's buffer, the other

@@ -51,12 +51,12 @@ Status max_active_clusters(KernelFn kernel, const cudaLaunchConfig_t& config, in
 
 }  // namespace detail
 
-template <class Element, int kHeadDim, class Mask, FwdTile kTile>
+template <class Element, int kHeadDim, int kHeadDimV, class Mask, FwdTile kTile>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
-  constexpr FwdConfig kCfg = fwd_config(kHeadDim, kTile);
+  constexpr FwdConfig kCfg = fwd_config(kHeadDim, kHeadDimV, kTile);
   static_assert(kCfg.cluster_m == 1 || !Mask::kCausal, "causal query blocks differ in key blocks: no shared loads");
-  using Traits = FwdTraits<Element, kHeadDim, kCfg>;
+  using Traits = FwdTraits<Element, kHeadDim, kHeadDimV, kCfg>;
   using Kernel = FwdKernel<Traits, Mask>;
   using Stride = typename Traits::GmemStride;
   using StrideVt = typename Traits::GmemStrideVt;
@@ -64,18 +64,23 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
   // The tensors' head dim is the call's: TMA reads the kernel's extra columns as zeros
   // and stores none of them.
-  auto qo_shape = make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch);
-  auto kv_shape = make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch);
-  auto vt_shape = make_shape(p.head_dim, p.seqlen_k, p.nheads_kv, p.batch);
-  auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads) {
-    const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(p.head_dim));
+  auto q_shape = make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch);
+  auto k_shape = make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch);
+  auto vt_shape = make_shape(p.head_dim_v, p.seqlen_k, p.nheads_kv, p.batch);
+  auto o_shape = make_shape(p.seqlen_q, p.head_dim_v, p.nheads_q, p.batch);
+  auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads, int head_dim) {
+    const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(head_dim));
     const std::int64_t head_stride = detail::usable_stride(head, heads, row_stride * rows);
     return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, p.batch, head_stride * heads)};
   };
-  const Stride q_stride = strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.seqlen_q, p.nheads_q);
-  const Stride k_stride = strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.seqlen_k, p.nheads_kv);
-  const Stride v_stride = strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.seqlen_k, p.nheads_kv);
-  const Stride o_stride = strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.seqlen_q, p.nheads_q);
+  const Stride q_stride =
+      strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.seqlen_q, p.nheads_q, p.head_dim);
+  const Stride k_stride =
+      strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.seqlen_k, p.nheads_kv, p.head_dim);
+  const Stride v_stride =
+      strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.seqlen_k, p.nheads_kv, p.head_dim_v);
+  const Stride o_stride =
+      strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.seqlen_q, p.nheads_q, p.head_dim_v);
   const StrideVt vt_stride{_1{}, get<0>(v_stride), get<2>(v_stride), get<3>(v_stride)};
 
   // The CTAs of a cluster run neighbouring query blocks of one head: each head gets a
@@ -84,17 +89,17 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   constexpr int kCluster = Traits::kCluster;
   const int num_m_blocks = (p.seqlen_q + Traits::kBlockM * kCluster - 1) / (Traits::kBlockM * kCluster) * kCluster;
   typename Kernel::Params params{
-      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.q), qo_shape, q_stride),
+      make_tma_copy(SM90_TMA_LOAD{}, make_tensor(gmem(p.q), q_shape, q_stride),
                     take<0, 2>(typename Traits::SmemLayoutQ{}), Shape<typename Traits::BM, typename Traits::D>{},
                     _1{}),
-      make_tma_copy(typename Traits::TmaKVOp{}, make_tensor(gmem(p.k), kv_shape, k_stride),
+      make_tma_copy(typename Traits::TmaKVOp{}, make_tensor(gmem(p.k), k_shape, k_stride),
                     take<0, 2>(typename Traits::SmemLayoutK{}), Shape<typename Traits::BN, typename Traits::D>{},
                     typename Traits::Cluster{}),
       make_tma_copy(typename Traits::TmaKVOp{}, make_tensor(gmem(p.v), vt_shape, vt_stride),
-                    take<0, 2>(typename Traits::SmemLayoutVt{}), Shape<typename Traits::D, typename Traits::BN>{},
+                    take<0, 2>(typename Traits::SmemLayoutVt{}), Shape<typename Traits::DV, typename Traits::BN>{},
                     typename Traits::Cluster{}),
-      make_tma_copy(SM90_TMA_STORE{}, make_tensor(gmem(p.out), qo_shape, o_stride), typename Traits::SmemLayoutO{},
-                    Shape<_64, typename Traits::D>{}, _1{}),
+      make_tma_copy(SM90_TMA_STORE{}, make_tensor(gmem(p.out), o_shape, o_stride), typename Traits::SmemLayoutO{},
+                    Shape<_64, typename Traits::DV>{}, _1{}),
       p,
       num_m_blocks,
       Kernel::Scheduler::kDynamic ? causal_heads_per_group(p, sizeof(Element), Traits::kBlockM, num_m_blocks) : 1,

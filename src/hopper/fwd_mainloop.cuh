@@ -29,6 +29,7 @@ struct FwdProducer {
   using BM = typename Traits::BM;
   using BN = typename Traits::BN;
   using D = typename Traits::D;
+  using DV = typename Traits::DV;
   using SharedStorage = typename Traits::SharedStorage;
   using Pipeline = typename Traits::Pipeline;
   using QPipeline = typename Traits::QPipeline;
@@ -109,10 +110,10 @@ struct FwdProducer {
                                           SK& tKsK, GV& tVgV, SV& tVsV, int n) {
     using namespace cute;
     // A stage is full when all of it has landed: this CTA's part and the other CTAs'.
-    std::uint64_t* k_full = k_pipe.producer_acquire(k_state, Traits::kKVBytes);
+    std::uint64_t* k_full = k_pipe.producer_acquire(k_state, Traits::kKBytes);
     copy(with_barrier(params.tma_k, *k_full), tKgK(_, n), tKsK(_, k_state.index));
     k_state.advance();
-    std::uint64_t* v_full = v_pipe.producer_acquire(v_state, Traits::kKVBytes);
+    std::uint64_t* v_full = v_pipe.producer_acquire(v_state, Traits::kVBytes);
     copy(with_barrier(params.tma_v, *v_full), tVgV(_, n), tVsV(_, v_state.index));
     v_state.advance();
   }
@@ -143,8 +144,8 @@ struct FwdProducer {
     const Layout<typename Traits::Cluster> cluster{};
     auto [tKgK, tKsK] = tma_partition(params.tma_k, rank, cluster, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
 
-    Tensor mVt = params.tma_v.get_tma_tensor(make_shape(p.head_dim, p.seqlen_k, p.nheads_kv, p.batch));
-    Tensor gVt = local_tile(mVt(_, _, head_kv, tile.batch), Shape<D, BN>{}, make_coord(_0{}, _));  // (D, BN, n)
+    Tensor mVt = params.tma_v.get_tma_tensor(make_shape(p.head_dim_v, p.seqlen_k, p.nheads_kv, p.batch));
+    Tensor gVt = local_tile(mVt(_, _, head_kv, tile.batch), Shape<DV, BN>{}, make_coord(_0{}, _));  // (DV, BN, n)
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, rank, cluster, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 

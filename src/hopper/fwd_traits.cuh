@@ -1,5 +1,6 @@
 // fa3 — the CuTe types of one forward kernel configuration: MMAs, shared-memory
-// layouts, TMA copies. Derived from (Element, head dim, FwdConfig) alone.
+// layouts, TMA copies. Derived from (Element, Q/K head dim, V head dim, FwdConfig)
+// alone; Q, K and S have the first, V and O the second.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -37,11 +38,12 @@ constexpr auto smem_atom() {
 
 }  // namespace detail
 
-template <class Element_, int kHeadDim_, FwdConfig kCfg_>
+template <class Element_, int kHeadDim_, int kHeadDimV_, FwdConfig kCfg_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr FwdConfig kCfg = kCfg_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kCfg.block_m;
   static constexpr int kBlockN = kCfg.block_n;
   static constexpr int kStages = kCfg.stages;
@@ -59,6 +61,7 @@ struct FwdTraits {
   using BM = cute::Int<kBlockM>;
   using BN = cute::Int<kBlockN>;
   using D = cute::Int<kHeadDim>;
+  using DV = cute::Int<kHeadDimV>;
   using AtomLayout = cute::Layout<cute::Shape<cute::Int<kConsumerWGs>, cute::_1, cute::_1>>;
 
   // S = Q·Kᵀ, K-major: Q from shared memory, or from registers loaded once per tile.
@@ -72,9 +75,9 @@ struct FwdTraits {
         }
       }(),
       AtomLayout{}));
-  // O += P·V: P from registers, V read as a (head_dim x block_n) MN-major operand.
+  // O += P·V: P from registers, V read as a (head_dim_v x block_n) MN-major operand.
   using TiledMmaPV = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, D, BN>,
+      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, DV, BN>,
                                        cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>(),
       AtomLayout{}));
 
@@ -90,15 +93,15 @@ struct FwdTraits {
   // one box; head_dim first would make every 8 keys a box of their own (1 KB each, 16
   // TMA instructions per slice at block_n 128).
   using SmemLayoutVt = decltype(cute::tile_to_shape(
-      detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDim>(),
-      cute::Shape<D, BN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+      detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDimV>(),
+      cute::Shape<DV, BN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
   // Each consumer warpgroup writes its own 64 rows of O and stores them with its own
   // TMA copy, so that no warpgroup waits for another at the end of a tile.
   using TiledMmaPVRows = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, D, BN>,
+      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, DV, BN>,
                                        cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>()));
   using SmemLayoutO = decltype(cute::tile_to_shape(
-      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(), cute::Shape<cute::_64, D>{}));
+      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDimV>(), cute::Shape<cute::_64, DV>{}));
   static constexpr int kOElemsPerWG = cute::cosize_v<SmemLayoutO>;
 
   // Global tensors as TMA sees them: (rows, head_dim, head, batch), head_dim contiguous;
@@ -120,12 +123,13 @@ struct FwdTraits {
   using TmaK = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStride>{}, cute::take<0, 2>(SmemLayoutK{}),
                                             cute::Shape<BN, D>{}, Cluster{}));
   using TmaV = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStrideVt>{}, cute::take<0, 2>(SmemLayoutVt{}),
-                                            cute::Shape<D, BN>{}, Cluster{}));
+                                            cute::Shape<DV, BN>{}, Cluster{}));
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<GmemStride>{}, SmemLayoutO{},
-                                            cute::Shape<cute::_64, D>{}, cute::_1{}));
+                                            cute::Shape<cute::_64, DV>{}, cute::_1{}));
 
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
-  static constexpr std::uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr std::uint32_t kKBytes = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr std::uint32_t kVBytes = kBlockN * kHeadDimV * sizeof(Element);
 
   using Pipeline = TmaPipeline<kStages, kCluster>;
   // Q's buffers: a stage is full when its tile's Q has landed (or, with no load, when
@@ -154,8 +158,8 @@ struct FwdTraits {
     // Consumer warpgroup wg's 64 rows of O.
     __device__ Element* o_buffer(int wg) { return (kCfg.o_store == OStore::kQBuffer ? q : o) + wg * kOElemsPerWG; }
   };
-  static_assert(kConsumerWGs * kOElemsPerWG * kQStages == cute::cosize_v<SmemLayoutQ>,
-                "O's rows fill a Q buffer exactly");
+  static_assert(kCfg.o_store != OStore::kQBuffer || kConsumerWGs * kOElemsPerWG <= cute::cosize_v<SmemLayoutQ>,
+                "O's rows fit in Q's buffer");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
 };

@@ -114,7 +114,7 @@ inline int causal_heads_per_group(double shared_bytes, int heads_sharing, std::i
 }
 
 inline int causal_heads_per_group(const FwdParams& p, std::size_t element_bytes, int block_m, int num_m_blocks) {
-  const double kv_bytes = 2.0 * p.seqlen_k * p.head_dim * static_cast<double>(element_bytes);
+  const double kv_bytes = static_cast<double>(p.seqlen_k) * (p.head_dim + p.head_dim_v) * static_cast<double>(element_bytes);
   return causal_heads_per_group(kv_bytes, p.nheads_q / p.nheads_kv, static_cast<std::int64_t>(p.nheads_q) * p.batch,
                                 p.num_sms, block_m, num_m_blocks);
 }

@@ -201,7 +201,7 @@ TEST(ProcessTunedKernels, SwitchOffByDefaultTouchesNothingThenOnWarnsOnce) {
   p.batch = 1;
   p.seqlen_q = p.seqlen_k = 1000;
   p.nheads_q = p.nheads_kv = 8;
-  p.head_dim = 128;
+  p.head_dim = p.head_dim_v = 128;
 
   EXPECT_FALSE(autotune_enabled());
   ::testing::internal::CaptureStderr();

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/problem.h"
@@ -29,7 +30,7 @@ Problem problem(int head_dim, bool causal, std::int64_t seqlen_q, std::int64_t s
   p.seqlen_k = seqlen_k;
   p.nheads_q = 2;
   p.nheads_kv = 2;
-  p.head_dim = head_dim;
+  p.head_dim = p.head_dim_v = head_dim;
   p.softmax_scale = 0.1f;
   p.causal = causal;
   p.window_right = causal ? 0 : -1;
@@ -142,6 +143,51 @@ TEST(FwdDispatch, HeadDim256KeyBlockFollowsPadding) {
     SCOPED_TRACE(testing::Message() << keys << " keys");
     EXPECT_EQ(first(256, false, 256, keys), tile);
     EXPECT_EQ(first(256, true, 256, keys), "128x64");
+  }
+}
+
+// Head dims run on the narrowest compiled kernel at least as wide in both the Q/K and
+// the V head dim: one of their own (d, dv) when built, else one of equal head dims.
+TEST(FwdDispatch, HeadDimsRunOnTheNarrowestKernelThatFits) {
+  const int dims[] = {1, 8, 40, 64, 100, 128, 160, 192, 200, 256};
+  for (int d : dims) {
+    for (int dv : dims) {
+      SCOPED_TRACE(testing::Message() << "head dims " << d << ", " << dv);
+      const HeadDims got = fwd_kernel_head_dims(d, dv);
+      int narrowest = 0;
+      for (const FwdKernelEntry& k : fwd_kernels()) {
+        if (k.head_dim >= d && k.head_dim_v >= dv && (narrowest == 0 || k.head_dim + k.head_dim_v < narrowest)) {
+          narrowest = k.head_dim + k.head_dim_v;
+        }
+      }
+      EXPECT_EQ(got.qk + got.v, narrowest);
+      if (narrowest > 0) {
+        EXPECT_GE(got.qk, d);
+        EXPECT_GE(got.v, dv);
+      }
+    }
+  }
+  for (int d : fwd_head_dims()) {
+    const HeadDims same = fwd_kernel_head_dims(d, d);
+    EXPECT_EQ(same.qk, d);
+    EXPECT_EQ(same.v, d);
+  }
+  const auto has = [](int d, int dv) {
+    return std::any_of(fwd_kernels().begin(), fwd_kernels().end(),
+                       [&](const FwdKernelEntry& k) { return k.head_dim == d && k.head_dim_v == dv; });
+  };
+  if (has(192, 128) && has(192, 192)) {
+    // DeepSeek-V3's prefill shape, and smaller ones, on the (192, 128) kernel.
+    for (auto [d, dv] : {std::pair{192, 128}, std::pair{150, 100}, std::pair{129, 128}}) {
+      const HeadDims got = fwd_kernel_head_dims(d, dv);
+      EXPECT_EQ(got.qk, 192) << d << ", " << dv;
+      EXPECT_EQ(got.v, 128) << d << ", " << dv;
+    }
+  }
+  if (has(64, 256)) {
+    const HeadDims got = fwd_kernel_head_dims(64, 256);
+    EXPECT_EQ(got.qk, 64);
+    EXPECT_EQ(got.v, 256);
   }
 }
 

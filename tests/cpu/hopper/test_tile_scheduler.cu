@@ -93,6 +93,7 @@ FwdParams params(int seqlen, int head_dim, int heads_q, int heads_kv, int batch,
   FwdParams p;
   p.seqlen_q = p.seqlen_k = seqlen;
   p.head_dim = head_dim;
+  p.head_dim_v = head_dim;
   p.nheads_q = heads_q;
   p.nheads_kv = heads_kv;
   p.batch = batch;

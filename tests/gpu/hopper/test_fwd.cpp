@@ -13,6 +13,7 @@
 
 #include "common/gpu_test_util.h"
 #include "fa3/fa3.h"
+#include "hopper/fwd_dispatch.h"
 
 namespace fa3::test {
 namespace {
@@ -22,13 +23,15 @@ struct Inputs {
   ForwardArgs args;
 };
 
+// `dv`: V's (and O's) head dim, when it is not `d`.
 Inputs make_inputs(DType dtype, const Shape& s, std::int64_t d, bool causal, std::uint64_t seed,
-                   std::int64_t pad = 0, std::int64_t row_pad = 0, std::int64_t margin = 0) {
+                   std::int64_t pad = 0, std::int64_t row_pad = 0, std::int64_t margin = 0, std::int64_t dv = 0) {
+  dv = dv > 0 ? dv : d;
   Inputs in;
   in.q = make_tensor(dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 1, pad, row_pad, margin);
   in.k = make_tensor(dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 2, pad, row_pad, margin);
-  in.v = make_tensor(dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 3, pad, row_pad, margin);
-  in.out = make_tensor(dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 4, pad, row_pad, margin);
+  in.v = make_tensor(dtype, s.batch, s.seqlen_k, s.nheads_kv, dv, seed + 3, pad, row_pad, margin);
+  in.out = make_tensor(dtype, s.batch, s.seqlen_q, s.nheads_q, dv, seed + 4, pad, row_pad, margin);
   // lse as a 3-d view (batch, heads, seqlen) inside a padded 4-d allocation.
   in.lse = make_tensor(DType::kFloat32, s.batch, s.nheads_q, s.seqlen_q, 1, seed + 5, 0, row_pad, margin);
   TensorView lse = in.lse.view;
@@ -183,6 +186,44 @@ INSTANTIATE_TEST_SUITE_P(Built, FwdAnyHeadDim,
                          ::testing::Combine(::testing::ValuesIn(built_dtypes()),
                                             ::testing::ValuesIn(unbuilt_head_dims(build_info().head_dims))),
                          general_name);
+
+// A V head dim of its own (DeepSeek-V3's (192, 128); (64, 256)), and smaller pairs that
+// run on those kernels: the accuracy rule over the shape list for every kernel of the
+// plain and causal masks and a window with softcap, nothing past O's head dim written.
+TEST(FwdHeadDimV, MatchesReferenceOverShapeList) {
+  FA3_REQUIRE_HOPPER();
+  const std::pair<int, int> pairs[] = {{192, 128}, {150, 100}, {64, 256}, {40, 200}};
+  AttentionOptions causal, window_softcap;
+  causal.causal = true;
+  window_softcap.window_left = 100;
+  window_softcap.window_right = 30;
+  window_softcap.softcap = 5.f;
+  int ran = 0;
+  std::uint64_t seed = 11000;
+  for (DType dtype : built_dtypes()) {
+    for (const auto& [d, dv] : pairs) {
+      const hopper::HeadDims kernel = hopper::fwd_kernel_head_dims(d, dv);
+      if (kernel.qk == kernel.v) continue;  // no kernel of its own: the equal head dims' tests cover it
+      ++ran;
+      for (const AttentionOptions& options : {AttentionOptions{}, causal, window_softcap}) {
+        for (const Shape& s : accuracy_shapes()) {
+          SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " head dims " << d << ", " << dv << " on " << kernel.qk
+                                          << "v" << kernel.v << (options.causal ? " causal" : "")
+                                          << (options.softcap > 0.f ? " window+softcap" : "") << ": batch " << s.batch
+                                          << " sq " << s.seqlen_q << " sk " << s.seqlen_k << " heads " << s.nheads_q
+                                          << ":" << s.nheads_kv);
+          Inputs in = make_inputs(dtype, s, d, options.causal, seed += 17, row_pad_for(std::max(d, dv)), 0, 256, dv);
+          in.args.options = options;
+          for (const std::string& kernel_name : kernels_for(in.args)) {
+            EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel_name), dtype)) << "kernel " << kernel_name;
+            EXPECT_EQ(written_outside_view(in.out), 0) << "kernel " << kernel_name << ": out written past its view";
+          }
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no kernel for a V head dim of its own was built";
+}
 
 // The accuracy rule for every built dtype, head dim, mask and kernel, on inputs whose
 // key at position j is scaled by key_scale[j] and whose V is scaled by v_scale.
