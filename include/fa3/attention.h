@@ -1,9 +1,15 @@
 // fa3 — exact attention: argument structs and entry points.
 //
-// Layout (FlashAttention's): q is (batch, seqlen_q, nheads_q, head_dim); k and v are
-// (batch, seqlen_k, nheads_kv, head_dim); out is like q; lse is (batch, nheads_q,
-// seqlen_q) in fp32, natural log. Every tensor's last dimension must be contiguous;
-// the other strides are free (16-byte aligned for the GPU path).
+// Layout (FlashAttention's): q is (batch, seqlen_q, nheads_q, head_dim); k is (batch,
+// seqlen_k, nheads_kv, head_dim); v is (batch, seqlen_k, nheads_kv, head_dim_v); out is
+// (batch, seqlen_q, nheads_q, head_dim_v); lse is (batch, nheads_q, seqlen_q) in fp32,
+// natural log. Every tensor's last dimension must be contiguous; the other strides are
+// free (16-byte aligned for the GPU path).
+//
+// V's head dim may differ from q's and k's, as in DeepSeek-V3's prefill (192, 128) or
+// (64, 512): scores are q . k over head_dim, and out, dout and dv have v's head_dim_v.
+// fa3::cpu runs any head_dim_v from 1 to 512; the GPU entry points refuse one that
+// differs from head_dim for now (kNotSupported, naming v).
 //
 // Masking follows FlashAttention 2/3: query i may see key j when
 //   i + seqlen_k - seqlen_q - window_left <= j <= i + seqlen_k - seqlen_q + window_right,
@@ -36,7 +42,7 @@ namespace fa3 {
 
 // Options shared by the forward and backward passes.
 struct AttentionOptions {
-  float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim); otherwise must be finite and > 0
+  float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim) (q's); otherwise must be finite and > 0
   bool causal = false;
   int window_left = -1;       // keys before the diagonal a query may see; -1: unbounded
   int window_right = -1;      // keys after the diagonal; -1: unbounded; causal means 0
@@ -48,7 +54,7 @@ struct ForwardArgs {
   TensorView q;
   TensorView k;
   TensorView v;
-  TensorView out;    // written; same dtype as q
+  TensorView out;    // written; same dtype as q, shape (batch, seqlen_q, nheads_q, head_dim_v)
   TensorView lse;    // optional (data == nullptr to skip); written
   TensorView sinks;  // optional (data == nullptr: none); fp32 (nheads_q), any stride; read
   AttentionOptions options;
@@ -59,7 +65,7 @@ struct BackwardArgs {
   TensorView k;
   TensorView v;
   TensorView out;     // the forward's output
-  TensorView dout;    // gradient of the loss with respect to out
+  TensorView dout;    // gradient of the loss with respect to out; out's shape
   TensorView lse;     // the forward's lse
   TensorView dq;      // written; same dtype and shape as q
   TensorView dk;      // written; same dtype and shape as k

@@ -19,7 +19,8 @@ _DEVICE_TYPES = ("cuda", "cpu", "meta")
 
 
 def check_qkv(q, k, v):
-    """q (batch, seqlen_q, nheads, headdim); k, v (batch, seqlen_k, nheads_k, headdim).
+    """q, k (batch, seqlen_q | seqlen_k, nheads | nheads_k, headdim); v (batch, seqlen_k,
+    nheads_k, headdim_v).
 
     Runs on every call, so each tensor attribute is read once (each read is a call
     into torch)."""
@@ -61,18 +62,21 @@ def check_qkv(q, k, v):
 
 
 def head_dim_padding(q, k, v):
-    """Zero columns to add to q, k and v on CUDA so that rows are whole 16-byte units.
+    """(pad_qk, pad_v): zero columns to add to q and k, and to v, on CUDA so that rows
+    are whole 16-byte units.
 
     The GPU's tensor copies (TMA) need every stride a multiple of 16 bytes; with a
     head dim that is not a multiple of 8 elements the rows of a packed tensor are not.
-    0 on the CPU path, and when the head dims differ (the C++ layer then names the
-    mismatch with the caller's sizes)."""
+    q and k share a head dim and are padded alike; v's (out's) may differ and is padded
+    on its own. (0, 0) on the CPU path, and when q's and k's head dims differ (the C++
+    layer then names the mismatch with the caller's sizes)."""
     if q.device.type != "cuda":
-        return 0
+        return 0, 0
     head_dim = q.shape[3]
-    if k.shape[3] != head_dim or v.shape[3] != head_dim:
-        return 0
-    return -head_dim % (16 // q.element_size())
+    if k.shape[3] != head_dim:
+        return 0, 0
+    unit = 16 // q.element_size()
+    return -head_dim % unit, -v.shape[3] % unit
 
 
 def check_sinks(sinks, q):

@@ -80,8 +80,9 @@ def attention_forward(
     deterministic: bool,
     attention_chunk: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """Returns (out, lse). softmax_scale 0.0 means 1/sqrt(headdim). `deterministic`
-    is the backward pass's setting, carried here so that autograd can see it."""
+    """Returns (out, lse); out has v's head dim. softmax_scale 0.0 means 1/sqrt(headdim),
+    q's. `deterministic` is the backward pass's setting, carried here so that autograd
+    can see it."""
     return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
 
 
@@ -109,8 +110,9 @@ def attention_backward(
     deterministic: bool,
     attention_chunk: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Returns (dq, dk, dv, dsinks) for the forward call with the same sinks and options;
-    dsinks is empty (0 elements) when sinks is None, since an op cannot return None."""
+    """Returns (dq, dk, dv, dsinks), each gradient shaped like its input (dout like out,
+    of v's head dim), for the forward call with the same sinks and options; dsinks is
+    empty (0 elements) when sinks is None, since an op cannot return None."""
     dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
     dsinks = _dsinks_like(q, sinks)
     tensors = (dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dq, dk, dv)

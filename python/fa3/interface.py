@@ -42,16 +42,19 @@ def flash_attn_func(
 ):
     """Exact attention softmax(q kᵀ · softmax_scale) v, per head.
 
-    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k,
-    headdim), with nheads a multiple of nheads_k (GQA/MQA: query head h reads
-    key/value head h // (nheads / nheads_k)). The last dimension of each must be
-    contiguous; other strides are free. Any headdim from 1 to 256 runs: on CUDA
-    tensors on the next head dim fa3 has kernels for (64, 96, 128, 192, 256), with
-    no copy when headdim is a multiple of 8; otherwise rows are not whole 16-byte
-    units, as the GPU's tensor copies need, so q, k and v are first copied with
-    zero columns added (and out is a view of the padded result).
+    q: (batch, seqlen_q, nheads, headdim); k: (batch, seqlen_k, nheads_k, headdim);
+    v: (batch, seqlen_k, nheads_k, headdim_v), with nheads a multiple of nheads_k
+    (GQA/MQA: query head h reads key/value head h // (nheads / nheads_k)). The last
+    dimension of each must be contiguous; other strides are free. Any headdim from 1
+    to 256 runs: on CUDA tensors on the next head dim fa3 has kernels for (64, 96,
+    128, 192, 256), with no copy when headdim is a multiple of 8; otherwise rows are
+    not whole 16-byte units, as the GPU's tensor copies need, so q and k (v alike,
+    for headdim_v) are first copied with zero columns added (and out is a view of the
+    padded result). headdim_v may differ from headdim, as in DeepSeek-V3's (192, 128)
+    or (64, 512): on CPU tensors any headdim_v from 1 to 512; CUDA tensors refuse
+    one of its own for now (NotImplementedError, naming v).
 
-    softmax_scale: default 1/sqrt(headdim). causal: query i sees keys
+    softmax_scale: default 1/sqrt(headdim), q's head dim. causal: query i sees keys
     j <= i + seqlen_k - seqlen_q (aligned to the bottom-right corner); a row that
     sees no key gives 0. window_size (left, right): query i sees keys in
     [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right], -1 meaning
@@ -71,7 +74,7 @@ def flash_attn_func(
     stream. deterministic=True makes dq, dk and dv bitwise identical from run to
     run, at some cost in speed; the forward pass always is.
 
-    Returns out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse) when
+    Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse) when
     return_attn_probs is True, softmax_lse being the natural-log logsumexp of each
     row of scaled scores (and of the row's sink, with sinks), (batch, nheads,
     seqlen_q) in float32.
@@ -88,18 +91,21 @@ def flash_attn_func(
     _checks.check_sinks(sinks, q)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], k.shape[1])
-    head_dim = q.shape[3]
-    pad = _checks.head_dim_padding(q, k, v)
-    if pad:
-        # Zero columns change no score and give output columns that are cut off; the
-        # default scale stays the one of the caller's head dim.
+    head_dim, head_dim_v = q.shape[3], v.shape[3]
+    pad_qk, pad_v = _checks.head_dim_padding(q, k, v)
+    if pad_qk:
+        # Zero columns change no score; the default scale stays the one of the caller's
+        # head dim.
         scale = scale or head_dim**-0.5
-        q, k, v = (torch.nn.functional.pad(t, (0, pad)) for t in (q, k, v))
+        q, k = (torch.nn.functional.pad(t, (0, pad_qk)) for t in (q, k))
+    if pad_v:
+        # Zero columns of v give output columns of zeros, which are cut off.
+        v = torch.nn.functional.pad(v, (0, pad_v))
     out, softmax_lse = _torch_ops.forward(
         q, k, v, sinks, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic), chunk
     )
-    if pad:
-        out = out[..., :head_dim]
+    if pad_v:
+        out = out[..., :head_dim_v]
     return (out, softmax_lse) if return_attn_probs else out
 
 
@@ -122,7 +128,8 @@ def flash_attn_qkvpacked_func(
     """flash_attn_func on q, k, v packed in one tensor.
 
     qkv: (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, nheads_q + 2 *
-    nheads_k, headdim) with num_heads_q given (GQA/MQA). q, k and v are taken as
+    nheads_k, headdim) with num_heads_q given (GQA/MQA); packed, v has q's and k's
+    head dim. q, k and v are taken as
     views, so the gradient lands in one (batch, seqlen, ...) tensor like qkv;
     deterministic and sinks ((nheads_q,)) act as in flash_attn_func.
     """

@@ -191,8 +191,9 @@ NB_MODULE(_C, m) {
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "sinks"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
         "attention_chunk"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
-        "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k, v\n"
-        "(batch, seqlen_k, nheads_kv, head_dim); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
+        "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k\n"
+        "(batch, seqlen_k, nheads_kv, head_dim); v (batch, seqlen_k, nheads_kv, head_dim_v); out (batch, seqlen_q,\n"
+        "nheads, head_dim_v); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
         "attention-sink logit per query head (nheads,); lse then includes the sink. softmax_scale 0 means\n"
         "1/sqrt(head_dim). stream: the CUDA stream (as an integer) for CUDA tensors; num_threads: the CPU\n"
         "path's thread count (0: all cores). Each is ignored on the other path.");

@@ -15,8 +15,8 @@ double Problem::forward_flops() const {
       if (n > 0) pairs += static_cast<double>(n);
     }
   }
-  return 4.0 * static_cast<double>(batch) * static_cast<double>(nheads_q) * pairs *
-         static_cast<double>(head_dim);
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(nheads_q) * pairs *
+         static_cast<double>(head_dim + head_dim_v);
 }
 
 }  // namespace fa3

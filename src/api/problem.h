@@ -16,8 +16,8 @@ struct Problem {
   std::int64_t seqlen_k = 0;
   std::int64_t nheads_q = 0;
   std::int64_t nheads_kv = 0;
-  std::int64_t head_dim = 0;    // of q and k
-  std::int64_t head_dim_v = 0;  // of v and out
+  std::int64_t head_dim = 0;       // of q and k
+  std::int64_t head_dim_v = 0;     // of v, out and their gradients; may differ from head_dim
   float softmax_scale = 0.f;       // resolved: never 0
   bool causal = false;
   std::int64_t window_left = -1;   // resolved: -1 unbounded
@@ -53,7 +53,8 @@ struct Problem {
   bool visible(std::int64_t i, std::int64_t j) const { return j >= first_key(i) && j <= last_key(i); }
 
   // FLOPs of the forward pass counted as the field does (FlashAttention papers,
-  // ANCHORS): 4 * batch * nheads * sq * sk * d, halved when causal with sq == sk.
+  // ANCHORS): 2 * batch * nheads * sq * sk * (d + dv), S = Q K^T costing the d and
+  // O = P V the dv (4 * ... * d when they are equal), halved when causal with sq == sk.
   // Other masks (windows, causal with sq != sk) count the visible pairs exactly.
   double forward_flops() const;
 };

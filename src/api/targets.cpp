@@ -45,6 +45,10 @@ ValidationTarget gpu_target() {
   t.supports_window = true;
   t.supports_softcap = true;
   t.supports_sinks = true;
+  // The one switch of a separate V head dim on the GPU, for both passes (the backward's
+  // target starts from this one): off until the kernels take v, out, dout and dv at a head
+  // dim of their own. Then set it, with max_head_dim_v, the largest they take.
+  t.separate_head_dim_v = false;
   t.locate = locate_pointer;
   return t;
 }
@@ -64,6 +68,8 @@ ValidationTarget cpu_target() {
   t.space = ValidationTarget::Space::kHost;
   t.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   t.max_head_dim = 256;
+  t.max_head_dim_v = 512;
+  t.separate_head_dim_v = true;
   t.supports_window = true;
   t.supports_softcap = true;
   t.supports_sinks = true;

@@ -125,10 +125,6 @@ Status check_qkv_shapes(const TensorView& q, const TensorView& k, const TensorVi
     return invalid("v: shape " + shape_string(v) + " must match k's shape " + shape_string(k) +
                    " in batch, seqlen and nheads");
   }
-  if (v.shape[3] != q.shape[3]) {
-    return unsupported(cat("v: head dim ", v.shape[3], " differs from q's head dim ", q.shape[3],
-                           "; a separate V head dim is not supported yet"));
-  }
   if (q.shape[2] % k.shape[2] != 0) {
     return invalid(cat("q: nheads ", q.shape[2], " is not a multiple of k's nheads ", k.shape[2]));
   }
@@ -140,6 +136,15 @@ Status check_qkv_shapes(const TensorView& q, const TensorView& k, const TensorVi
   p->head_dim = q.shape[3];
   p->head_dim_v = v.shape[3];
   return Status::ok();
+}
+
+// out and dout: q's batch, seqlen and heads, with v's head dim.
+Status check_out_shape(const char* name, const TensorView& t, const Problem& p) {
+  if (t.shape[0] == p.batch && t.shape[1] == p.seqlen_q && t.shape[2] == p.nheads_q && t.shape[3] == p.head_dim_v) {
+    return Status::ok();
+  }
+  return invalid(cat(name, ": shape ", shape_string(t), " must be (batch, seqlen_q, nheads_q, head_dim_v) = (", p.batch,
+                     ", ", p.seqlen_q, ", ", p.nheads_q, ", ", p.head_dim_v, ")"));
 }
 
 Status check_lse_shape(const TensorView& lse, const Problem& p) {
@@ -168,7 +173,7 @@ Status check_sinks_supported(const ValidationTarget& target) {
                      (target.space == ValidationTarget::Space::kDevice ? " on the GPU" : " on this path") + " yet");
 }
 
-Status check_dtype_and_head_dim(const TensorView& q, const ValidationTarget& target) {
+Status check_dtype_and_head_dims(const TensorView& q, const TensorView& v, const ValidationTarget& target) {
   if (target.dtypes.empty()) return unsupported("no GPU kernels were built into this library");
   if (std::find(target.dtypes.begin(), target.dtypes.end(), q.dtype) == target.dtypes.end()) {
     return unsupported(std::string("q: dtype ") + dtype_name(q.dtype) + " is not supported" +
@@ -182,7 +187,20 @@ Status check_dtype_and_head_dim(const TensorView& q, const ValidationTarget& tar
     const std::string built = any ? "" : " (kernels built for head dims " + join(target.head_dims) + ")";
     return unsupported(cat("q: head dim ", d, " is not supported; supported: 1 to ", largest, built));
   }
+  if (v.shape[3] > target.max_head_dim_v) {
+    return unsupported(cat("v: head dim ", v.shape[3], " is not supported; supported: 1 to ", target.max_head_dim_v));
+  }
   return Status::ok();
+}
+
+// A target that runs v at q's head dim only refuses another after every rule on the
+// arguments themselves, as it refuses sinks, so that a call that is wrong anyway says
+// what is wrong.
+Status check_head_dim_v_supported(const Problem& p, const ValidationTarget& target) {
+  if (p.head_dim_v == p.head_dim || target.separate_head_dim_v) return Status::ok();
+  return unsupported(cat("v: head dim ", p.head_dim_v, " differs from q's head dim ", p.head_dim,
+                         "; a separate V head dim is not implemented",
+                         (target.space == ValidationTarget::Space::kDevice ? " on the GPU" : " on this path"), " yet"));
 }
 
 // TMA reads whole 16-byte units: base pointers and every non-unit stride must be
@@ -283,7 +301,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   FA3_RETURN_IF_ERROR(check_tensor("out", a.out, Role::kQLike));
   if (has_lse) FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, Role::kLse));
 
-  FA3_RETURN_IF_ERROR(check_dtype_and_head_dim(a.q, target));
+  FA3_RETURN_IF_ERROR(check_dtype_and_head_dims(a.q, a.v, target));
   FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
   FA3_RETURN_IF_ERROR(check_same_dtype("v", a.v, a.q));
   FA3_RETURN_IF_ERROR(check_same_dtype("out", a.out, a.q));
@@ -291,7 +309,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
 
   Problem p;
   FA3_RETURN_IF_ERROR(check_qkv_shapes(a.q, a.k, a.v, &p));
-  FA3_RETURN_IF_ERROR(check_same_shape("out", a.out, "q", a.q));
+  FA3_RETURN_IF_ERROR(check_out_shape("out", a.out, p));
   if (has_lse) FA3_RETURN_IF_ERROR(check_lse_shape(a.lse, p));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_head_vector("sinks", a.sinks, p));
 
@@ -304,6 +322,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
     if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, false));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
+  FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
   p.has_sinks = has_sinks;
   *problem = p;
@@ -324,7 +343,7 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
   FA3_RETURN_IF_ERROR(check_tensor("dk", a.dk, Role::kKvLike));
   FA3_RETURN_IF_ERROR(check_tensor("dv", a.dv, Role::kKvLike));
 
-  FA3_RETURN_IF_ERROR(check_dtype_and_head_dim(a.q, target));
+  FA3_RETURN_IF_ERROR(check_dtype_and_head_dims(a.q, a.v, target));
   FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
   FA3_RETURN_IF_ERROR(check_same_dtype("v", a.v, a.q));
   FA3_RETURN_IF_ERROR(check_same_dtype("out", a.out, a.q));
@@ -336,8 +355,8 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
 
   Problem p;
   FA3_RETURN_IF_ERROR(check_qkv_shapes(a.q, a.k, a.v, &p));
-  FA3_RETURN_IF_ERROR(check_same_shape("out", a.out, "q", a.q));
-  FA3_RETURN_IF_ERROR(check_same_shape("dout", a.dout, "q", a.q));
+  FA3_RETURN_IF_ERROR(check_out_shape("out", a.out, p));
+  FA3_RETURN_IF_ERROR(check_out_shape("dout", a.dout, p));
   FA3_RETURN_IF_ERROR(check_lse_shape(a.lse, p));
   FA3_RETURN_IF_ERROR(check_same_shape("dq", a.dq, "q", a.q));
   FA3_RETURN_IF_ERROR(check_same_shape("dk", a.dk, "k", a.k));
@@ -355,6 +374,7 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
     if (has_dsinks) FA3_RETURN_IF_ERROR(check_device_tensor("dsinks", a.dsinks, target, false));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
+  FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
   p.has_sinks = has_sinks;
   if (device && target.backward_workspace) {

@@ -23,6 +23,11 @@ struct ValidationTarget {
   // smallest at least as large. Empty: any in [1, max_head_dim].
   std::vector<int> head_dims;
   int max_head_dim = 256;
+  // v's head dim (out's, dout's and dv's too) runs from 1 to max_head_dim_v; one that
+  // differs from q's (DeepSeek-V3's (192, 128), or (64, 512)) only where
+  // separate_head_dim_v is set, and a target without it refuses one by name.
+  int max_head_dim_v = 256;
+  bool separate_head_dim_v = false;
   bool supports_window = false;   // sliding window (non-causal part of the mask)
   bool supports_softcap = false;
   bool supports_sinks = false;    // attention sinks (the sinks and dsinks arguments)

@@ -11,7 +11,8 @@ namespace fa3::reference {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int kMaxDimPerLane = 8;  // head dims up to 256 over 32 lanes
+constexpr int kMaxDimPerLane = 8;    // q and k head dims up to 256 over 32 lanes
+constexpr int kMaxVDimPerLane = 16;  // v head dims up to 512
 
 struct View {
   const void* data;
@@ -26,7 +27,7 @@ __device__ long long offset(const View& v, int b, int row, int head) {
 
 // Sizes, mask and score options of a problem, as the kernels read them.
 struct Dims {
-  int batch, seqlen_q, seqlen_k, nheads_q, nheads_kv, head_dim;
+  int batch, seqlen_q, seqlen_k, nheads_q, nheads_kv, head_dim, head_dim_v;
   float scale, softcap;
   long long window_left, window_right;
   bool round_like_inputs;
@@ -49,13 +50,19 @@ struct Dims {
   }
   __device__ int group() const { return nheads_q / nheads_kv; }
 
-  // Offsets of the dense fp32 arrays: q-like (batch, seqlen_q, nheads_q, head_dim),
-  // k-like (batch, seqlen_k, nheads_kv, head_dim), statistics (batch, nheads_q, seqlen_q).
-  __device__ long long q_dense(int b, int i, int h) const {
-    return ((static_cast<long long>(b) * seqlen_q + i) * nheads_q + h) * head_dim;
+  // Offsets of the dense fp32 arrays: q-like (batch, seqlen_q, nheads_q, head_dim) and
+  // out-like (batch, seqlen_q, nheads_q, head_dim_v), k-like (batch, seqlen_k, nheads_kv,
+  // head_dim) and v-like (batch, seqlen_k, nheads_kv, head_dim_v), statistics (batch,
+  // nheads_q, seqlen_q).
+  __device__ long long q_dense(int b, int i, int h) const { return q_row(b, i, h) * head_dim; }
+  __device__ long long o_dense(int b, int i, int h) const { return q_row(b, i, h) * head_dim_v; }
+  __device__ long long k_dense(int b, int j, int hk) const { return k_row(b, j, hk) * head_dim; }
+  __device__ long long v_dense(int b, int j, int hk) const { return k_row(b, j, hk) * head_dim_v; }
+  __device__ long long q_row(int b, int i, int h) const {
+    return (static_cast<long long>(b) * seqlen_q + i) * nheads_q + h;
   }
-  __device__ long long k_dense(int b, int j, int hk) const {
-    return ((static_cast<long long>(b) * seqlen_k + j) * nheads_kv + hk) * head_dim;
+  __device__ long long k_row(int b, int j, int hk) const {
+    return (static_cast<long long>(b) * seqlen_k + j) * nheads_kv + hk;
   }
   __device__ long long stat(int b, int h, int i) const {
     return (static_cast<long long>(b) * nheads_q + h) * seqlen_q + i;
@@ -69,6 +76,7 @@ Dims make_dims(const Problem& p, Precision precision) {
           static_cast<int>(p.nheads_q),
           static_cast<int>(p.nheads_kv),
           static_cast<int>(p.head_dim),
+          static_cast<int>(p.head_dim_v),
           p.softmax_scale,
           p.softcap,
           p.window_left,
@@ -99,21 +107,27 @@ __device__ float round_like(float x) {
 }
 
 // A head-dim row held across the warp: lane l holds elements l, l + 32, ...; zeros past
-// the head dim, so that dot products need no bounds.
-using Row = float[kMaxDimPerLane];
+// the head dim, so that dot products need no bounds. Rows of q and k (and dq, dk) hold
+// kMaxDimPerLane elements per lane; rows of v and out (and dout, dv) VL, a template
+// parameter of the kernels: kMaxDimPerLane up to head dim 256, so that only V head dims
+// past it pay for registers and loop trips beyond q's, else kMaxVDimPerLane.
+template <int N>
+using Lanes = float[N];
+using Row = Lanes<kMaxDimPerLane>;
 
-template <class T>
-__device__ void load_row(Row& x, const void* base, long long first, int head_dim) {
+template <class T, int N>
+__device__ void load_row(Lanes<N>& x, const void* base, long long first, int head_dim) {
   const int lane = threadIdx.x % 32;
-  for (int e = 0; e < kMaxDimPerLane; ++e) {
+  for (int e = 0; e < N; ++e) {
     const int d = lane + 32 * e;
     x[e] = d < head_dim ? load<T>(base, first + d) : 0.f;
   }
 }
 
-__device__ void store_row(float* base, long long first, int head_dim, const Row& x) {
+template <int N>
+__device__ void store_row(float* base, long long first, int head_dim, const Lanes<N>& x) {
   const int lane = threadIdx.x % 32;
-  for (int e = 0; e < kMaxDimPerLane; ++e) {
+  for (int e = 0; e < N; ++e) {
     const int d = lane + 32 * e;
     if (d < head_dim) base[first + d] = x[e];
   }
@@ -124,9 +138,10 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-__device__ float warp_dot(const Row& a, const Row& b) {
+template <int N>
+__device__ float warp_dot(const Lanes<N>& a, const Lanes<N>& b) {
   float s = 0.f;
-  for (int e = 0; e < kMaxDimPerLane; ++e) s += a[e] * b[e];
+  for (int e = 0; e < N; ++e) s += a[e] * b[e];
   return warp_sum(s);
 }
 
@@ -173,7 +188,7 @@ struct FwdArgs {
 // output), which is what a naive implementation computes, so the "like inputs" mode
 // can round the normalized probabilities exactly where such an implementation would.
 // The head's sink starts the max and the sum, as a score whose key has no value.
-template <class T>
+template <class T, int VL>
 __global__ void reference_forward_kernel(FwdArgs a) {
   const Dims& d = a.d;
   int b, h, i;
@@ -181,7 +196,8 @@ __global__ void reference_forward_kernel(FwdArgs a) {
   const int hk = h / d.group();
   const int first = d.first_key(i), last = d.last_key(i);
 
-  Row q, k, v;
+  Row q, k;
+  Lanes<VL> v;
   load_row<T>(q, a.q.data, offset(a.q, b, i, h), d.head_dim);
   auto score = [&](int j) {
     load_row<T>(k, a.k.data, offset(a.k, b, j, hk), d.head_dim);
@@ -196,15 +212,15 @@ __global__ void reference_forward_kernel(FwdArgs a) {
   float sum = sink == -INFINITY ? 0.f : expf(sink - m);
   for (int j = first; j <= last; ++j) sum += expf(score(j) - m);
 
-  Row o = {};
+  Lanes<VL> o = {};
   for (int j = first; j <= last; ++j) {
     const float p = maybe_round<T>(d, expf(score(j) - m) / sum);
     if (p == 0.f) continue;
-    load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim);
-    for (int e = 0; e < kMaxDimPerLane; ++e) o[e] += p * v[e];
+    load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim_v);
+    for (int e = 0; e < VL; ++e) o[e] += p * v[e];
   }
   for (float& x : o) x = maybe_round<T>(d, x);
-  store_row(a.out, d.q_dense(b, i, h), d.head_dim, o);
+  store_row(a.out, d.o_dense(b, i, h), d.head_dim_v, o);
   if (a.lse != nullptr && threadIdx.x % 32 == 0) a.lse[d.stat(b, h, i)] = sum > 0.f ? m + logf(sum) : -INFINITY;
 }
 
@@ -226,9 +242,9 @@ struct PairTerms {
   float p, ds;
 };
 
-template <class T>
-__device__ PairTerms pair_terms(const Dims& d, const Row& q, const Row& k, const Row& v, const Row& dout, float lse,
-                                float delta) {
+template <class T, int VL>
+__device__ PairTerms pair_terms(const Dims& d, const Row& q, const Row& k, const Lanes<VL>& v, const Lanes<VL>& dout,
+                                float lse, float delta) {
   float slope;
   const float s = logit<T>(d, warp_dot(q, k), &slope);
   const float p = maybe_round<T>(d, expf(s - lse));
@@ -237,20 +253,20 @@ __device__ PairTerms pair_terms(const Dims& d, const Row& q, const Row& k, const
 }
 
 // D for each query row: one warp per row. Rows that see no key have out = 0, so D = 0.
-template <class T>
+template <class T, int VL>
 __global__ void reference_delta_kernel(BwdArgs a) {
   const Dims& d = a.d;
   int b, h, i;
   if (!warp_row(d.batch, d.nheads_q, d.seqlen_q, &b, &h, &i)) return;
-  Row dout, out;
-  load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim);
-  load_row<float>(out, a.out, d.q_dense(b, i, h), d.head_dim);
+  Lanes<VL> dout, out;
+  load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim_v);
+  load_row<float>(out, a.out, d.o_dense(b, i, h), d.head_dim_v);
   const float delta = warp_dot(dout, out);
   if (threadIdx.x % 32 == 0) a.delta[d.stat(b, h, i)] = delta;
 }
 
 // dq of one query row per warp: the sum over the keys it sees of dS * k, in key order.
-template <class T>
+template <class T, int VL>
 __global__ void reference_dq_kernel(BwdArgs a) {
   const Dims& d = a.d;
   int b, h, i;
@@ -258,12 +274,13 @@ __global__ void reference_dq_kernel(BwdArgs a) {
   const int hk = h / d.group();
   const float lse = a.lse[d.stat(b, h, i)], delta = a.delta[d.stat(b, h, i)];
 
-  Row q, dout, k, v, dq = {};
+  Row q, k, dq = {};
+  Lanes<VL> dout, v;
   load_row<T>(q, a.q.data, offset(a.q, b, i, h), d.head_dim);
-  load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim);
+  load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim_v);
   for (int j = d.first_key(i), last = d.last_key(i); j <= last; ++j) {
     load_row<T>(k, a.k.data, offset(a.k, b, j, hk), d.head_dim);
-    load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim);
+    load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim_v);
     const PairTerms t = pair_terms<T>(d, q, k, v, dout, lse, delta);
     for (int e = 0; e < kMaxDimPerLane; ++e) dq[e] += t.ds * k[e];
   }
@@ -274,30 +291,29 @@ __global__ void reference_dq_kernel(BwdArgs a) {
 // dk and dv of one key row of one KV head per warp: sums over the query heads of its
 // group and the query rows that see the key, in (head, row) order as reference::backward
 // adds them.
-template <class T>
+template <class T, int VL>
 __global__ void reference_dkdv_kernel(BwdArgs a) {
   const Dims& d = a.d;
   int b, hk, j;
   if (!warp_row(d.batch, d.nheads_kv, d.seqlen_k, &b, &hk, &j)) return;
 
-  Row k, v, q, dout, dk = {}, dv = {};
+  Row k, q, dk = {};
+  Lanes<VL> v, dout, dv = {};
   load_row<T>(k, a.k.data, offset(a.k, b, j, hk), d.head_dim);
-  load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim);
+  load_row<T>(v, a.v.data, offset(a.v, b, j, hk), d.head_dim_v);
   for (int h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
     for (int i = d.first_query(j), last = d.last_query(j); i <= last; ++i) {
       load_row<T>(q, a.q.data, offset(a.q, b, i, h), d.head_dim);
-      load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim);
+      load_row<T>(dout, a.dout.data, offset(a.dout, b, i, h), d.head_dim_v);
       const PairTerms t = pair_terms<T>(d, q, k, v, dout, a.lse[d.stat(b, h, i)], a.delta[d.stat(b, h, i)]);
-      for (int e = 0; e < kMaxDimPerLane; ++e) {
-        dk[e] += t.ds * q[e];
-        dv[e] += t.p * dout[e];
-      }
+      for (int e = 0; e < kMaxDimPerLane; ++e) dk[e] += t.ds * q[e];
+      for (int e = 0; e < VL; ++e) dv[e] += t.p * dout[e];
     }
   }
   for (float& x : dk) x = maybe_round<T>(d, x);
   for (float& x : dv) x = maybe_round<T>(d, x);
   store_row(a.dk, d.k_dense(b, j, hk), d.head_dim, dk);
-  store_row(a.dv, d.k_dense(b, j, hk), d.head_dim, dv);
+  store_row(a.dv, d.v_dense(b, j, hk), d.head_dim_v, dv);
 }
 
 // dsinks of one query head per warp: -exp(sink - lse) * D summed over the rows of every
@@ -321,19 +337,30 @@ __global__ void reference_dsinks_kernel(BwdArgs a) {
 unsigned blocks_for(long long warps) { return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 constexpr unsigned kThreads = 32 * kWarpsPerBlock;
 
-// Calls f with a value of the element type of `dtype` (one that check_supported accepts).
+// Calls f with a value of the element type of `dtype` (one that check_supported accepts)
+// and the elements per lane of `head_dim_v`'s rows (a std::integral_constant: VL).
 template <class F>
-void with_element_type(DType dtype, F&& f) {
+void with_element_type(DType dtype, std::int64_t head_dim_v, F&& f) {
+  auto with_lanes = [&](auto element) {
+    if (head_dim_v <= 32 * kMaxDimPerLane) {
+      f(element, std::integral_constant<int, kMaxDimPerLane>{});
+    } else {
+      f(element, std::integral_constant<int, kMaxVDimPerLane>{});
+    }
+  };
   switch (dtype) {
-    case DType::kBFloat16: f(__nv_bfloat16{}); break;
-    case DType::kFloat16: f(__half{}); break;
-    default: f(float{}); break;
+    case DType::kBFloat16: with_lanes(__nv_bfloat16{}); break;
+    case DType::kFloat16: with_lanes(__half{}); break;
+    default: with_lanes(float{}); break;
   }
 }
 
 Status check_supported(const Problem& p, DType dtype) {
   if (p.head_dim > 32 * kMaxDimPerLane) {
     return {StatusCode::kNotSupported, "CUDA reference: head dim over " + std::to_string(32 * kMaxDimPerLane)};
+  }
+  if (p.head_dim_v > 32 * kMaxVDimPerLane) {
+    return {StatusCode::kNotSupported, "CUDA reference: V head dim over " + std::to_string(32 * kMaxVDimPerLane)};
   }
   if (dtype != DType::kBFloat16 && dtype != DType::kFloat16 && dtype != DType::kFloat32) {
     return {StatusCode::kNotSupported, "CUDA reference: unsupported dtype"};
@@ -353,11 +380,12 @@ Status cuda_status(cudaError_t err, const char* what) {
 Status launch_gradients(const BwdArgs& a, DType dtype, cudaStream_t stream) {
   const unsigned q_blocks = blocks_for(static_cast<long long>(a.d.batch) * a.d.nheads_q * a.d.seqlen_q);
   const unsigned k_blocks = blocks_for(static_cast<long long>(a.d.batch) * a.d.nheads_kv * a.d.seqlen_k);
-  with_element_type(dtype, [&](auto element) {
+  with_element_type(dtype, a.d.head_dim_v, [&](auto element, auto lanes) {
     using T = decltype(element);
-    reference_delta_kernel<T><<<q_blocks, kThreads, 0, stream>>>(a);
-    reference_dq_kernel<T><<<q_blocks, kThreads, 0, stream>>>(a);
-    reference_dkdv_kernel<T><<<k_blocks, kThreads, 0, stream>>>(a);
+    constexpr int VL = decltype(lanes)::value;
+    reference_delta_kernel<T, VL><<<q_blocks, kThreads, 0, stream>>>(a);
+    reference_dq_kernel<T, VL><<<q_blocks, kThreads, 0, stream>>>(a);
+    reference_dkdv_kernel<T, VL><<<k_blocks, kThreads, 0, stream>>>(a);
   });
   if (a.sinks != nullptr && a.dsinks != nullptr) {
     reference_dsinks_kernel<<<blocks_for(a.d.nheads_q), kThreads, 0, stream>>>(a);
@@ -373,8 +401,8 @@ Status cuda_forward(const Problem& p, const TensorView& q, const TensorView& k, 
   if (!supported.is_ok()) return supported;
   const FwdArgs a{make_view(q), make_view(k), make_view(v), sinks, out, lse, make_dims(p, precision)};
   const unsigned blocks = blocks_for(p.batch * p.nheads_q * p.seqlen_q);
-  with_element_type(q.dtype, [&](auto element) {
-    reference_forward_kernel<decltype(element)><<<blocks, kThreads, 0, stream>>>(a);
+  with_element_type(q.dtype, p.head_dim_v, [&](auto element, auto lanes) {
+    reference_forward_kernel<decltype(element), decltype(lanes)::value><<<blocks, kThreads, 0, stream>>>(a);
   });
   return cuda_status(cudaGetLastError(), "launch");
 }
@@ -385,7 +413,7 @@ Status cuda_backward(const Problem& p, const TensorView& q, const TensorView& k,
   const Status supported = check_supported(p, q.dtype);
   if (!supported.is_ok()) return supported;
   const long long rows = p.batch * p.nheads_q * p.seqlen_q;
-  const long long out_elems = rows * p.head_dim;
+  const long long out_elems = rows * p.head_dim_v;
   float* scratch = nullptr;
   const std::size_t scratch_bytes = static_cast<std::size_t>(out_elems + 2 * rows) * sizeof(float);
   const Status allocated =

@@ -14,7 +14,7 @@ namespace fa3::reference {
 // q/k/v: device views laid out as in fa3::ForwardArgs (fp16/bf16/fp32).
 // sinks: device fp32 (nheads_q), contiguous; may be null (no sinks). fa3/attention.h
 // defines them; their values are read exactly in either precision.
-// out: device fp32 (batch, seqlen_q, nheads_q, head_dim), contiguous.
+// out: device fp32 (batch, seqlen_q, nheads_q, head_dim_v), contiguous.
 // lse: device fp32 (batch, nheads_q, seqlen_q), contiguous; may be null.
 // kLikeInputs rounds scores, probabilities and out to the input dtype.
 Status cuda_forward(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v, const float* sinks,
@@ -25,8 +25,9 @@ Status cuda_forward(const Problem& p, const TensorView& q, const TensorView& k, 
 // reference's own, not a kernel's.
 // q/k/v/dout: device views laid out as in fa3::BackwardArgs (fp16/bf16/fp32); sinks
 // as in cuda_forward.
-// dq: device fp32 (batch, seqlen_q, nheads_q, head_dim); dk, dv: device fp32
-// (batch, seqlen_k, nheads_kv, head_dim); all contiguous. A KV head's dk and dv are
+// dq: device fp32 (batch, seqlen_q, nheads_q, head_dim); dk: device fp32 (batch,
+// seqlen_k, nheads_kv, head_dim); dv: device fp32 (batch, seqlen_k, nheads_kv,
+// head_dim_v); all contiguous. A KV head's dk and dv are
 // summed over the query heads of its group; rows that see no key get zero gradients.
 // dsinks: device fp32 (nheads_q); may be null (not computed), and is only computed
 // with sinks: each head's sum over the rows of every batch, in fp32 in either precision.

@@ -119,11 +119,12 @@ RowSoftmax<Real> row_softmax(const Problem& p, const Inputs& in, const RowRef& r
   return sm;
 }
 
-// out[:] = sum over visible keys of prob * v, accumulated in Real, rounded like a stored output.
+// out[:] (head_dim_v values) = sum over visible keys of prob * v, accumulated in Real,
+// rounded like a stored output.
 template <typename Real>
 void row_output(const Problem& p, const Inputs& in, const RowRef& r, const RowSoftmax<Real>& sm,
                 const Rounding& round, Real* out) {
-  const std::int64_t d = p.head_dim;
+  const std::int64_t d = p.head_dim_v;
   const std::int64_t kv_head = r.head / p.group_size();
   std::fill(out, out + d, Real{0});
   std::vector<Real> v(d);
@@ -134,23 +135,24 @@ void row_output(const Problem& p, const Inputs& in, const RowRef& r, const RowSo
   for (std::int64_t c = 0; c < d; ++c) out[c] = round(out[c]);
 }
 
-// One query row of the forward pass: out (head_dim values) and lse.
+// One query row of the forward pass: out (head_dim_v values) and lse.
 template <typename Real>
 void forward_row(const Problem& p, const Inputs& in, const RowRef& r, const Rounding& round, double* out,
                  double* lse) {
   const RowSoftmax<Real> sm = row_softmax<Real>(p, in, r, round);
-  std::vector<Real> o(p.head_dim);
+  std::vector<Real> o(p.head_dim_v);
   row_output(p, in, r, sm, round, o.data());
   std::copy(o.begin(), o.end(), out);
   *lse = static_cast<double>(sm.lse);
 }
 
-// Offsets in the canonical contiguous layouts of the results.
-std::int64_t q_index(const Problem& p, std::int64_t b, std::int64_t s, std::int64_t h) {
-  return ((b * p.seqlen_q + s) * p.nheads_q + h) * p.head_dim;
+// Offsets in the canonical contiguous layouts of the results, whose rows hold `dim`
+// elements: head_dim for dq and dk, head_dim_v for out and dv.
+std::int64_t q_index(const Problem& p, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t dim) {
+  return ((b * p.seqlen_q + s) * p.nheads_q + h) * dim;
 }
-std::int64_t kv_index(const Problem& p, std::int64_t b, std::int64_t s, std::int64_t h) {
-  return ((b * p.seqlen_k + s) * p.nheads_kv + h) * p.head_dim;
+std::int64_t kv_index(const Problem& p, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t dim) {
+  return ((b * p.seqlen_k + s) * p.nheads_kv + h) * dim;
 }
 std::int64_t lse_index(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t s) {
   return (b * p.nheads_q + h) * p.seqlen_q + s;
@@ -159,12 +161,13 @@ std::int64_t lse_index(const Problem& p, std::int64_t b, std::int64_t h, std::in
 template <typename Real>
 ForwardResult forward_all(const Problem& p, const Inputs& in, const Rounding& round) {
   ForwardResult res;
-  res.out.resize(static_cast<std::size_t>(p.batch * p.seqlen_q * p.nheads_q * p.head_dim));
+  res.out.resize(static_cast<std::size_t>(p.batch * p.seqlen_q * p.nheads_q * p.head_dim_v));
   res.lse.resize(static_cast<std::size_t>(p.batch * p.nheads_q * p.seqlen_q));
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t h = 0; h < p.nheads_q; ++h) {
       for (std::int64_t i = 0; i < p.seqlen_q; ++i) {
-        forward_row<Real>(p, in, {b, h, i}, round, &res.out[q_index(p, b, i, h)], &res.lse[lse_index(p, b, h, i)]);
+        forward_row<Real>(p, in, {b, h, i}, round, &res.out[q_index(p, b, i, h, p.head_dim_v)],
+                          &res.lse[lse_index(p, b, h, i)]);
       }
     }
   }
@@ -187,12 +190,12 @@ ForwardResult forward_all(const Problem& p, const Inputs& in, const Rounding& ro
 // which is fp32 whatever the inputs.
 template <typename Real>
 BackwardResult backward_all(const Problem& p, const Inputs& in, const TensorView& dout, const Rounding& round) {
-  const std::int64_t d = p.head_dim;
+  const std::int64_t d = p.head_dim, dv_dim = p.head_dim_v;
   std::vector<Real> dq(static_cast<std::size_t>(p.batch * p.seqlen_q * p.nheads_q * d));
   std::vector<Real> dk(static_cast<std::size_t>(p.batch * p.seqlen_k * p.nheads_kv * d));
-  std::vector<Real> dv(dk.size());
+  std::vector<Real> dv(static_cast<std::size_t>(p.batch * p.seqlen_k * p.nheads_kv * dv_dim));
   std::vector<Real> dsinks(in.sinks.defined() ? static_cast<std::size_t>(p.nheads_q) : 0);
-  std::vector<Real> q(d), k(d), v(d), o(d), dO(d);
+  std::vector<Real> q(d), k(d), v(dv_dim), o(dv_dim), dO(dv_dim);
 
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t h = 0; h < p.nheads_q; ++h) {
@@ -203,23 +206,23 @@ BackwardResult backward_all(const Problem& p, const Inputs& in, const TensorView
         if (sm.prob.empty()) continue;  // a fully masked row has no gradient
         row_output(p, in, r, sm, round, o.data());
         load_row(in.q, b, i, h, d, q.data());
-        load_row(dout, b, i, h, d, dO.data());
-        const Real delta = dot(dO.data(), o.data(), d);
+        load_row(dout, b, i, h, dv_dim, dO.data());
+        const Real delta = dot(dO.data(), o.data(), dv_dim);
         if (!dsinks.empty()) dsinks[h] -= std::exp(sink_of<Real>(in, h) - sm.lse) * delta;
-        Real* dq_row = &dq[q_index(p, b, i, h)];
+        Real* dq_row = &dq[q_index(p, b, i, h, d)];
         for (std::size_t n = 0; n < sm.prob.size(); ++n) {
           const std::int64_t j = sm.first_key + static_cast<std::int64_t>(n);
           load_row(in.k, b, j, kv_head, d, k.data());
-          load_row(in.v, b, j, kv_head, d, v.data());
-          const Real dp = round(dot(dO.data(), v.data(), d));
+          load_row(in.v, b, j, kv_head, dv_dim, v.data());
+          const Real dp = round(dot(dO.data(), v.data(), dv_dim));
           const Real ds = round(sm.prob[n] * (dp - delta) * sm.slope[n]);
-          Real* dk_row = &dk[kv_index(p, b, j, kv_head)];
-          Real* dv_row = &dv[kv_index(p, b, j, kv_head)];
+          Real* dk_row = &dk[kv_index(p, b, j, kv_head, d)];
+          Real* dv_row = &dv[kv_index(p, b, j, kv_head, dv_dim)];
           for (std::int64_t c = 0; c < d; ++c) {
             dq_row[c] += ds * k[c];
             dk_row[c] += ds * q[c];
-            dv_row[c] += sm.prob[n] * dO[c];
           }
+          for (std::int64_t c = 0; c < dv_dim; ++c) dv_row[c] += sm.prob[n] * dO[c];
         }
       }
     }
@@ -253,11 +256,11 @@ ForwardResult forward_rows(const Problem& p, const TensorView& q, const TensorVi
                            const std::vector<RowRef>& rows, const TensorView& sinks) {
   const Inputs in{q, k, v, sinks};
   ForwardResult res;
-  res.out.resize(rows.size() * static_cast<std::size_t>(p.head_dim));
+  res.out.resize(rows.size() * static_cast<std::size_t>(p.head_dim_v));
   res.lse.resize(rows.size());
   for (std::size_t n = 0; n < rows.size(); ++n) {
     check_row(p, rows[n]);
-    forward_row<double>(p, in, rows[n], Rounding{}, &res.out[n * static_cast<std::size_t>(p.head_dim)], &res.lse[n]);
+    forward_row<double>(p, in, rows[n], Rounding{}, &res.out[n * static_cast<std::size_t>(p.head_dim_v)], &res.lse[n]);
   }
   return res;
 }

@@ -18,7 +18,7 @@ enum class Precision {
                 // points a naive low-precision implementation would round them
 };
 
-// Dense results in canonical layouts: out (batch, seqlen_q, nheads_q, head_dim),
+// Dense results in canonical layouts: out (batch, seqlen_q, nheads_q, head_dim_v),
 // lse (batch, nheads_q, seqlen_q); fully masked rows: out 0, lse -inf (the row's sink
 // with sinks).
 struct ForwardResult {
@@ -39,13 +39,14 @@ struct RowRef {
   std::int64_t row = 0;   // query index
 };
 
-// The exact reference for selected rows only: out[i * head_dim + d] and lse[i] for
-// rows[i]. Costs O(rows * seqlen_k * head_dim), so it checks problems of any size.
+// The exact reference for selected rows only: out[i * head_dim_v + d] and lse[i] for
+// rows[i]. Costs O(rows * seqlen_k * (head_dim + head_dim_v)), so it checks problems of
+// any size.
 ForwardResult forward_rows(const Problem& p, const TensorView& q, const TensorView& k, const TensorView& v,
                            const std::vector<RowRef>& rows, const TensorView& sinks = {});
 
-// dq (like q), dk and dv (like k/v) in canonical layouts; dsinks (one per query head)
-// with sinks, empty without.
+// dq (like q), dk (like k) and dv (like v, of head_dim_v) in canonical layouts; dsinks
+// (one per query head) with sinks, empty without.
 struct BackwardResult {
   std::vector<double> dq;
   std::vector<double> dk;

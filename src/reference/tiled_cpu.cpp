@@ -52,16 +52,17 @@ struct QueryBlock {
 
 // Per-thread tiles, allocated once per thread and reused for every work item.
 struct Tiles {
-  std::int64_t block_m, block_n, head_dim;
-  std::vector<float> q, k, v;  // (block_m | block_n) x head_dim
+  std::int64_t block_m, block_n, head_dim, head_dim_v;
+  std::vector<float> q, k;     // (block_m | block_n) x head_dim
+  std::vector<float> v;        // block_n x head_dim_v
   std::vector<float> s;        // block_m x block_n scores, then probabilities
-  std::vector<float> acc;      // block_m x head_dim unnormalised output
+  std::vector<float> acc;      // block_m x head_dim_v unnormalised output
   std::vector<float> row_max;  // running max of the scores (log2 units), per query row
   std::vector<float> row_sum;  // running sum of exp2 weights, relative to row_max
 
-  Tiles(std::int64_t bm, std::int64_t bn, std::int64_t d)
-      : block_m(bm), block_n(bn), head_dim(d),
-        q(bm * d), k(bn * d), v(bn * d), s(bm * bn), acc(bm * d), row_max(bm), row_sum(bm) {}
+  Tiles(std::int64_t bm, std::int64_t bn, std::int64_t d, std::int64_t dv)
+      : block_m(bm), block_n(bn), head_dim(d), head_dim_v(dv),
+        q(bm * d), k(bn * d), v(bn * dv), s(bm * bn), acc(bm * dv), row_max(bm), row_sum(bm) {}
 };
 
 std::int64_t element(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2, std::int64_t i3) {
@@ -124,7 +125,7 @@ void compute_scores(const Problem& p, const QueryBlock& blk, const ScoreMap& map
 // A row whose max is still -inf (nothing visible yet) uses 0 as its reference so
 // that exp2(-inf - -inf) never produces NaN: its weights and rescale factor are 0.
 void online_softmax_step(std::int64_t rows, std::int64_t cols, Tiles& t) {
-  const std::int64_t d = t.head_dim;
+  const std::int64_t d = t.head_dim_v;
   for (std::int64_t r = 0; r < rows; ++r) {
     float* s = &t.s[r * t.block_n];
     const float old_max = t.row_max[r];
@@ -165,7 +166,7 @@ float sink_log2(const ForwardArgs& a, std::int64_t head) {
 // lse = (max + log2(sum)) * ln 2; a row with neither a key nor a sink gets out 0 and
 // lse -inf, one with only a sink out 0 and lse the sink (to fp32 rounding).
 void store_block(const ForwardArgs& a, const QueryBlock& blk, float sink, const Tiles& t) {
-  const std::int64_t d = t.head_dim;
+  const std::int64_t d = t.head_dim_v;
   const bool has_lse = a.lse.data != nullptr;
   for (std::int64_t r = 0; r < blk.rows; ++r) {
     const float max = std::max(t.row_max[r], sink);
@@ -202,7 +203,7 @@ void run_block(const Problem& p, const ForwardArgs& a, const ScoreMap& map, cons
       const std::int64_t n0 = nb * bn;
       const std::int64_t cols = std::min(bn, p.seqlen_k - n0);
       load_tile(a.k, blk.batch, n0, cols, kv_head, d, t.k.data());
-      load_tile(a.v, blk.batch, n0, cols, kv_head, d, t.v.data());
+      load_tile(a.v, blk.batch, n0, cols, kv_head, p.head_dim_v, t.v.data());
       compute_scores(p, blk, map, n0, cols, t);
       online_softmax_step(blk.rows, cols, t);
     }
@@ -246,7 +247,7 @@ void tiled_forward(const Problem& p, const ForwardArgs& args, const TiledCpuConf
   std::exception_ptr error;
   auto worker = [&] {
     try {
-      Tiles tiles(config.block_m, config.block_n, p.head_dim);
+      Tiles tiles(config.block_m, config.block_n, p.head_dim, p.head_dim_v);
       for (std::int64_t item = next++; item < items; item = next++) {
         run_block(p, args, map, work_item(p, config.block_m, item), tiles);
       }

@@ -163,6 +163,47 @@ def test_bad_sinks_of_qkvpacked():
 def test_unsupported_head_dim_on_cpu():
     with pytest.raises(NotImplementedError, match="head dim 320 is not supported"):
         fa3.flash_attn_func(*qkv(head_dim=320))
+    q, k, _ = qkv()
+    v = torch.randn(1, 8, 2, 600).to(torch.bfloat16)
+    with pytest.raises(NotImplementedError, match=re.escape("v: head dim 600 is not supported; supported: 1 to 512")):
+        fa3.flash_attn_func(q, k, v)
+
+
+class _CudaStandIn:
+    """What head_dim_padding reads of a CUDA tensor, without a GPU."""
+
+    def __init__(self, head_dim, element_size=2):
+        self.device = torch.device("cuda")
+        self.shape = (1, 8, 2, head_dim)
+        self._element_size = element_size
+
+    def element_size(self):
+        return self._element_size
+
+
+@pytest.mark.parametrize(
+    "dims, padding",
+    [
+        ((64, 64, 64), (0, 0)),
+        ((36, 36, 36), (4, 4)),
+        ((192, 192, 128), (0, 0)),
+        ((36, 36, 20), (4, 4)),
+        ((40, 40, 20), (0, 4)),
+        ((36, 36, 128), (4, 0)),
+        ((36, 32, 20), (0, 0)),  # q and k disagree: the C++ layer names it with the caller's sizes
+    ],
+    ids=str,
+)
+def test_cuda_head_dim_padding(dims, padding):
+    """On CUDA, q and k are padded to whole 16-byte rows together, v on its own."""
+    q, k, v = (_CudaStandIn(d) for d in dims)
+    assert fa3._checks.head_dim_padding(q, k, v) == padding
+
+
+def test_no_head_dim_padding_on_the_cpu():
+    q, k, _ = qkv(head_dim=36)
+    v = torch.randn(1, 8, 2, 20).to(torch.bfloat16)
+    assert fa3._checks.head_dim_padding(q, k, v) == (0, 0)
 
 
 @pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf")])

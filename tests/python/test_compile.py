@@ -22,13 +22,23 @@ DEVICES = [
 
 
 def make_qkv(
-    batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype=torch.bfloat16, requires_grad=False, device="cpu"
+    batch,
+    seqlen_q,
+    seqlen_k,
+    nheads,
+    nheads_k,
+    head_dim,
+    dtype=torch.bfloat16,
+    requires_grad=False,
+    device="cpu",
+    head_dim_v=None,
 ):
+    """q, k of head_dim; v of head_dim_v (default: head_dim)."""
     gen = torch.Generator().manual_seed(11)
     tensors = [
         torch.randn(batch, seqlen_q, nheads, head_dim, generator=gen).to(device, dtype),
         torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(device, dtype),
-        torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(device, dtype),
+        torch.randn(batch, seqlen_k, nheads_k, head_dim_v or head_dim, generator=gen).to(device, dtype),
     ]
     return [t.requires_grad_(requires_grad) for t in tensors]
 
@@ -57,12 +67,26 @@ def test_fake_shapes(dtype, out_dtype):
         assert dsinks.shape == (8,) and dsinks.dtype == torch.float32
 
 
+def test_fake_shapes_of_a_separate_head_dim_v():
+    """out and dout have v's head dim, dv v's shape (DeepSeek-V3's (192, 128))."""
+    with FakeTensorMode():
+        q = torch.empty(3, 100, 8, 192, dtype=torch.bfloat16)
+        k = torch.empty(3, 70, 2, 192, dtype=torch.bfloat16)
+        v = torch.empty(3, 70, 2, 128, dtype=torch.bfloat16)
+        out, lse = fa3.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        assert out.shape == (3, 100, 8, 128) and lse.shape == (3, 8, 100)
+        dq, dk, dv, _ = torch.ops.fa3.bwd(out, q, k, v, out, lse, None, 0.0, True, -1, 0, 0.0, False)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
 def test_meta_tensors_give_shapes():
     q = torch.empty(2, 33, 8, 64, device="meta", dtype=torch.bfloat16)
     k = torch.empty(2, 40, 4, 64, device="meta", dtype=torch.bfloat16)
     out, lse = fa3.flash_attn_func(q, k, k, return_attn_probs=True)
     assert out.device.type == "meta" and out.shape == q.shape
     assert lse.shape == (2, 8, 33)
+    v = torch.empty(2, 40, 4, 512, device="meta", dtype=torch.bfloat16)
+    assert fa3.flash_attn_func(q, k, v).shape == (2, 33, 8, 512)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -89,6 +113,18 @@ def test_opcheck_with_sinks(heads, causal):
     torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, sinks, *options))
     out, lse = torch.ops.fa3.fwd(q, k, v, sinks, *options)
     args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, sinks.detach(), *options)
+    torch.library.opcheck(torch.ops.fa3.bwd.default, args)
+
+
+@pytest.mark.parametrize("head_dims", [(192, 128), (40, 72)], ids=["d192-dv128", "d40-dv72"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_opcheck_separate_head_dim_v(head_dims, causal):
+    """opcheck with v of a head dim of its own (on CPU tensors: the GPU refuses one yet)."""
+    q, k, v = make_qkv(2, 17, 23, 4, 2, head_dims[0], requires_grad=True, head_dim_v=head_dims[1])
+    options = (0.0, causal, -1, 0 if causal else -1, 0.0, False)
+    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, None, *options))
+    out, lse = torch.ops.fa3.fwd(q, k, v, None, *options)
+    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, None, *options)
     torch.library.opcheck(torch.ops.fa3.bwd.default, args)
 
 
@@ -161,6 +197,23 @@ def test_compile_fullgraph_with_sinks():
     assert torch.equal(result, expected)
     for name, e, t in zip(("dq", "dk", "dv", "dsinks"), eager, (q, k, v, sinks)):
         assert torch.equal(t.grad, e), f"{name} differs between eager and compiled"
+
+
+def test_compile_fullgraph_separate_head_dim_v():
+    """Forward and backward with v's head dim 128 against q's 192, traced whole: out and
+    every gradient bit for bit as eager."""
+    q, k, v = make_qkv(2, 40, 30, 4, 2, 192, requires_grad=True, head_dim_v=128)
+    expected = attention_block(q, k, v).sum()
+    expected.backward()
+    eager = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    torch._dynamo.reset()
+    result = torch.compile(attention_block, fullgraph=True, backend="aot_eager")(q, k, v).sum()
+    result.backward()
+    assert torch.equal(result, expected)
+    for name, e, t in zip(("dq", "dk", "dv"), eager, (q, k, v)):
+        assert t.grad.shape == t.shape and torch.equal(t.grad, e), f"{name} differs between eager and compiled"
 
 
 def test_compile_dynamic_shapes():

@@ -14,11 +14,12 @@ SEQLENS = [(1, 1), (2, 3), (17, 17), (113, 127), (128, 129), (1, 239), (239, 1),
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
-def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, seed=0):
+def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, seed=0, head_dim_v=None):
+    """q, k of head_dim; v of head_dim_v (default: head_dim)."""
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, seqlen_q, nheads, head_dim, generator=gen).to(dtype)
     k = torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype)
-    v = torch.randn(batch, seqlen_k, nheads_k, head_dim, generator=gen).to(dtype)
+    v = torch.randn(batch, seqlen_k, nheads_k, head_dim_v or head_dim, generator=gen).to(dtype)
     return q, k, v
 
 
@@ -28,7 +29,7 @@ def check_forward(q, k, v, **options):
     if "window_size" in options:
         mask["window"] = options["window_size"]
     out, lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True, **options)
-    assert out.shape == q.shape and out.dtype == q.dtype
+    assert out.shape == (*q.shape[:3], v.shape[3]) and out.dtype == q.dtype
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     ref_out, ref_lse = reference(q, k, v, dtype=reference_dtype(q.dtype), **mask)
     low_out, low_lse = reference(q, k, v, dtype=q.dtype, **mask)
@@ -96,6 +97,77 @@ def test_attention_chunk_rules():
         fa3.flash_attn_func(q, k, v, attention_chunk=2.5)
     # A chunk covering every key is plain attention.
     assert torch.equal(fa3.flash_attn_func(q, k, v, attention_chunk=64), fa3.flash_attn_func(q, k, v))
+
+
+# V head dims of their own: DeepSeek-V3's prefill (192, 128), FlashAttention-3's (64, 256)
+# and (64, 512), and V narrower and wider than q at head dims no vector width divides.
+HEAD_DIMS_V = [(192, 128), (64, 256), (64, 512), (40, 24), (24, 40)]
+
+
+@pytest.mark.parametrize("head_dims", HEAD_DIMS_V, ids=lambda d: f"d{d[0]}-dv{d[1]}")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_separate_head_dim_v(head_dims, causal):
+    """out has v's head dim, the default scale is q's, and the gradients have their
+    inputs' shapes (dv v's), forward and backward by the accuracy rule."""
+    head_dim, head_dim_v = head_dims
+    q, k, v = make_qkv(2, 65, 80, 4, 2, head_dim, torch.bfloat16, seed=31, head_dim_v=head_dim_v)
+    out = check_forward(q, k, v, causal=causal)
+    assert out.shape == (2, 65, 4, head_dim_v)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(32)).to(out.dtype)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fa3.flash_attn_func(*leaves, causal=causal).backward(dout)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float32, causal=causal)
+    low = reference_grads(q, k, v, dout, dtype=torch.bfloat16, causal=causal)
+    for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
+        assert leaf.grad.shape == leaf.shape, name
+        check_close(name, leaf.grad, r, lo, factor=3.0)
+
+
+def test_separate_head_dim_v_with_every_option():
+    """A window, softcap, scale, chunk and sinks, fp16, on strided views of a V head dim
+    of its own."""
+    gen = torch.Generator().manual_seed(33)
+    q = torch.randn(2, 4, 70, 192, generator=gen).to(torch.float16).transpose(1, 2)
+    k = torch.randn(2, 2, 90, 192, generator=gen).to(torch.float16).transpose(1, 2)
+    v = torch.randn(2, 90, 4, 128, generator=gen).to(torch.float16)[:, :, ::2]
+    sinks = make_sinks(4, seed=34, requires_grad=True)
+    options = {"window_size": (30, 5), "softcap": 5.0, "softmax_scale": 0.2, "attention_chunk": 48}
+    mask = {"window": (30, 5), "softcap": 5.0, "softmax_scale": 0.2, "chunk": 48, "sinks": sinks.detach()}
+    out, lse = fa3.flash_attn_func(q, k, v, sinks=sinks, return_attn_probs=True, **options)
+    ref_out, ref_lse = reference(q, k, v, dtype=torch.float32, **mask)
+    low_out, low_lse = reference(q, k, v, dtype=q.dtype, **mask)
+    check_close("out", out, ref_out, low_out, abs_cap=ABS_CAP[q.dtype])
+    check_close("lse", lse, ref_lse, low_lse)
+    dout = torch.randn(out.shape, generator=gen).to(out.dtype)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fa3.flash_attn_func(*leaves, sinks=sinks, **options).backward(dout)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float32, **mask)
+    low = reference_grads(q, k, v, dout, dtype=q.dtype, **mask)
+    for name, g, r, lo in zip(("dq", "dk", "dv", "dsinks"), [t.grad for t in leaves] + [sinks.grad], ref, low):
+        check_close(name, g, r, lo, factor=3.0)
+
+
+@pytest.mark.parametrize("padding", [(4, 4), (0, 4), (4, 0)], ids=["qk-and-v", "v-only", "qk-only"])
+def test_padded_head_dims_give_the_callers_shapes_and_values(monkeypatch, padding):
+    """The zero columns the GPU's copies need (head_dim_padding, which pads CUDA tensors
+    only), forced on CPU tensors: out is cut back to v's head dim and the gradients to
+    their inputs' shapes, with the values of the unpadded call, bit for bit (zero columns
+    add exact zeros to every sum)."""
+    q, k, v = make_qkv(2, 33, 40, 4, 2, 36, torch.float32, seed=36, head_dim_v=20)
+    dout = torch.randn(2, 33, 4, 20, generator=torch.Generator().manual_seed(37))
+
+    def run():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = fa3.flash_attn_func(*leaves, softmax_scale=0.3, causal=True)
+        out.backward(dout)
+        return out.detach(), [t.grad for t in leaves]
+
+    want_out, want_grads = run()
+    monkeypatch.setattr(fa3._checks, "head_dim_padding", lambda q, k, v: padding)
+    out, grads = run()
+    assert out.shape == (2, 33, 4, 20) and torch.equal(out, want_out)
+    for name, g, w, t in zip(("dq", "dk", "dv"), grads, want_grads, (q, k, v)):
+        assert g.shape == t.shape and torch.equal(g, w), name
 
 
 def test_softcap_and_scale():
@@ -257,6 +329,18 @@ def test_gradcheck(seqlens, options):
 
     def attention(q, k, v):
         return fa3.flash_attn_func(q.float(), k.float(), v.float(), **options).double()
+
+    assert torch.autograd.gradcheck(attention, leaves, eps=1e-3, atol=1e-3, rtol=1e-3)
+
+
+def test_gradcheck_separate_head_dim_v():
+    """gradcheck (as above) with v's head dim 12 against q's and k's 8, GQA, causal."""
+    gen = torch.Generator().manual_seed(35)
+    shapes = [(1, 6, 4, 8), (1, 5, 2, 8), (1, 5, 2, 12)]
+    leaves = [torch.randn(s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes]
+
+    def attention(q, k, v):
+        return fa3.flash_attn_func(q.float(), k.float(), v.float(), causal=True).double()
 
     assert torch.autograd.gradcheck(attention, leaves, eps=1e-3, atol=1e-3, rtol=1e-3)
 

@@ -27,7 +27,8 @@ void print_build(const BuildInfo& b) {
   const ValidationTarget cpu = cpu_target();
   std::vector<std::string> dtypes;
   for (DType d : cpu.dtypes) dtypes.push_back(dtype_name(d));
-  line("CPU path", "dtypes " + join(dtypes) + "; head dims 1 to " + std::to_string(cpu.max_head_dim));
+  line("CPU path", "dtypes " + join(dtypes) + "; head dims 1 to " + std::to_string(cpu.max_head_dim) +
+                       ", V head dims (v, out) 1 to " + std::to_string(cpu.max_head_dim_v));
 }
 
 void print_device(const DeviceInfo& d) {

@@ -44,7 +44,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
   RunConfig c;
   AttentionShape& s = c.shape;
   std::int64_t seqlen = s.seqlen_q;
-  std::optional<std::int64_t> seqlen_q, seqlen_k, nheads_kv;
+  std::optional<std::int64_t> seqlen_q, seqlen_k, nheads_kv, head_dim_v;
   std::vector<double> sinks;
   std::vector<Flag> flags = {
       size_flag("batch", &s.batch),
@@ -54,6 +54,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
       size_flag("nheads", &s.nheads_q),
       size_flag("nheads-kv", &nheads_kv),
       size_flag("head-dim", &s.head_dim),
+      size_flag("head-dim-v", &head_dim_v),
       {"causal", false, [&](const std::string&) { s.options.causal = true; }},
       {"window", true,
        [&](const std::string& v) {
@@ -80,6 +81,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
   s.seqlen_q = seqlen_q.value_or(seqlen);
   s.seqlen_k = seqlen_k.value_or(seqlen);
   s.nheads_kv = nheads_kv.value_or(s.nheads_q);
+  s.head_dim_v = head_dim_v.value_or(s.head_dim);
   s.dtype = c.exec.dtype;
   if (!sinks.empty()) s.sinks = per_head_sinks(sinks, s.nheads_q);
 

@@ -9,7 +9,8 @@
 namespace fa3::cli {
 namespace {
 
-// One gradient's sampled rows against their reference values (ref[r * head_dim + c]).
+// One gradient's sampled rows against their reference values (ref[r * head_dim + c], the
+// head dim being the gradient's own).
 GradientCheck compare(const TensorView& got, const std::vector<reference::RowRef>& rows, const std::vector<double>& ref,
                       std::int64_t head_dim) {
   GradientCheck c;
@@ -39,7 +40,7 @@ GradientChecks check_gradients(const Problem& p, const BackwardArgs& args,
   GradientChecks c;
   c.dq = compare(args.dq, query_rows, ref.dq, p.head_dim);
   c.dk = compare(args.dk, key_rows, ref.dk, p.head_dim);
-  c.dv = compare(args.dv, key_rows, ref.dv, p.head_dim);
+  c.dv = compare(args.dv, key_rows, ref.dv, p.head_dim_v);
   return c;
 }
 

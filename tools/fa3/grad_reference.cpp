@@ -41,34 +41,29 @@ class HeadRows {
   std::vector<double> data_;
 };
 
-// q . k and o . v together, each over four partial sums held as pairs (the GCC/Clang
-// vector extension): an addition does not wait on the one before, and each pair is
-// one vector instruction. About twice the speed of a plain loop, which the compiler
-// may not reorder.
-void two_dots(const double* q, const double* k, const double* o, const double* v, std::int64_t n, double* qk,
-              double* ov) {
+// a . b over eight partial sums held as four pairs (the GCC/Clang vector extension): an
+// addition does not wait on the one before, and each pair is one vector instruction,
+// where a plain loop, which the compiler may not reorder, waits on every addition.
+// q . k runs over q's head dim and dout . v over v's, which may differ.
+double dot(const double* a, const double* b, std::int64_t n) {
   using Pair = double __attribute__((vector_size(16)));
-  Pair a0 = {0, 0}, a1 = {0, 0}, b0 = {0, 0}, b1 = {0, 0};
-  std::int64_t c = 0;
+  Pair s0 = {0, 0}, s1 = {0, 0}, s2 = {0, 0}, s3 = {0, 0};
   auto load = [](const double* p) {
     Pair x;
     std::memcpy(&x, p, sizeof x);
     return x;
   };
-  for (; c + 4 <= n; c += 4) {
-    a0 += load(q + c) * load(k + c);
-    a1 += load(q + c + 2) * load(k + c + 2);
-    b0 += load(o + c) * load(v + c);
-    b1 += load(o + c + 2) * load(v + c + 2);
+  std::int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    s0 += load(a + c) * load(b + c);
+    s1 += load(a + c + 2) * load(b + c + 2);
+    s2 += load(a + c + 4) * load(b + c + 4);
+    s3 += load(a + c + 6) * load(b + c + 6);
   }
-  double qs = (a0[0] + a1[0]) + (a0[1] + a1[1]);
-  double os = (b0[0] + b1[0]) + (b0[1] + b1[1]);
-  for (; c < n; ++c) {
-    qs += q[c] * k[c];
-    os += o[c] * v[c];
-  }
-  *qk = qs;
-  *ov = os;
+  for (; c + 2 <= n; c += 2) s0 += load(a + c) * load(b + c);
+  double sum = ((s0[0] + s1[0]) + (s2[0] + s3[0])) + ((s0[1] + s1[1]) + (s2[1] + s3[1]));
+  for (; c < n; ++c) sum += a[c] * b[c];
+  return sum;
 }
 
 // One query row against every key it sees: its q and dout, its scores and dP, and
@@ -78,7 +73,7 @@ struct RowPass {
   std::int64_t first = 0;
   std::int64_t last = -1;
   double sink = 0;  // the head's sink logit; -inf without sinks
-  std::vector<double> q, dout;
+  std::vector<double> q, dout;  // of q's head dim and of v's
   std::vector<double> score;  // after scale and softcap, for key first + n
   std::vector<double> slope;  // d score / d(q . k)
   std::vector<double> dp;
@@ -96,7 +91,7 @@ struct RowPass {
     sink = a.sinks.defined() ? static_cast<const float*>(a.sinks.data)[h * a.sinks.stride[0]]
                              : -std::numeric_limits<double>::infinity();
     q.resize(static_cast<std::size_t>(p.head_dim));
-    dout.resize(q.size());
+    dout.resize(static_cast<std::size_t>(p.head_dim_v));
     load_row(a.q, batch, i, h, q.data());
     load_row(a.dout, batch, i, h, dout.data());
     const std::size_t n = static_cast<std::size_t>(std::max<std::int64_t>(0, last - first + 1));
@@ -108,8 +103,8 @@ struct RowPass {
   // Key j's score and dP, j in [first, last].
   void add_key(const Problem& p, std::int64_t j, const double* k, const double* v) {
     const std::size_t m = static_cast<std::size_t>(j - first);
-    double qk = 0;
-    two_dots(q.data(), k, dout.data(), v, p.head_dim, &qk, &dp[m]);
+    const double qk = dot(q.data(), k, p.head_dim);
+    dp[m] = dot(dout.data(), v, p.head_dim_v);
     const double scale = p.softmax_scale;
     score[m] = qk * scale;
     slope[m] = scale;
@@ -224,8 +219,9 @@ void query_gradients(const Problem& p, const BackwardArgs& a, const std::vector<
 void key_gradients(const Problem& p, const BackwardArgs& a, const std::vector<RowRef>& keys, int threads,
                    std::vector<double>* dk, std::vector<double>* dv) {
   const std::size_t d = static_cast<std::size_t>(p.head_dim);
+  const std::size_t dv_dim = static_cast<std::size_t>(p.head_dim_v);
   dk->assign(keys.size() * d, 0.0);
-  dv->assign(keys.size() * d, 0.0);
+  dv->assign(keys.size() * dv_dim, 0.0);
   // A key's RowRef names its KV head already: group size 1.
   for (const auto& [group, members] : by_kv_head(keys, 1)) {
     const auto [batch, kv_head] = group;
@@ -245,8 +241,9 @@ void key_gradients(const Problem& p, const BackwardArgs& a, const std::vector<Ro
     const int workers = worker_count(threads, tiles);
     std::vector<std::vector<RowPass>> passes(static_cast<std::size_t>(workers), std::vector<RowPass>(kTileRows));
     // Per worker, dk then dv of each member: summed in worker order after the join.
+    const std::size_t stride = d + dv_dim;
     std::vector<std::vector<double>> partial(static_cast<std::size_t>(workers),
-                                             std::vector<double>(2 * members.size() * d, 0.0));
+                                             std::vector<double>(members.size() * stride, 0.0));
     parallel_for(tiles, workers, [&](std::int64_t t, int w) {
       RowPass* tile = passes[static_cast<std::size_t>(w)].data();
       const std::int64_t begin = t * kTileRows;
@@ -264,22 +261,18 @@ void key_gradients(const Problem& p, const BackwardArgs& a, const std::vector<Ro
           if (!row.sees(j)) continue;
           const double prob = row.prob(j);
           const double ds = row.ds(j);
-          double* dk_sum = sums + 2 * m * d;
+          double* dk_sum = sums + m * stride;
           double* dv_sum = dk_sum + d;
-          for (std::size_t c = 0; c < d; ++c) {
-            dk_sum[c] += ds * row.q[c];
-            dv_sum[c] += prob * row.dout[c];
-          }
+          for (std::size_t c = 0; c < d; ++c) dk_sum[c] += ds * row.q[c];
+          for (std::size_t c = 0; c < dv_dim; ++c) dv_sum[c] += prob * row.dout[c];
         }
       }
     });
     for (const std::vector<double>& sums : partial) {
       for (std::size_t m = 0; m < members.size(); ++m) {
         const std::size_t r = members[m];
-        for (std::size_t c = 0; c < d; ++c) {
-          (*dk)[r * d + c] += sums[2 * m * d + c];
-          (*dv)[r * d + c] += sums[2 * m * d + d + c];
-        }
+        for (std::size_t c = 0; c < d; ++c) (*dk)[r * d + c] += sums[m * stride + c];
+        for (std::size_t c = 0; c < dv_dim; ++c) (*dv)[r * dv_dim + c] += sums[m * stride + d + c];
       }
     }
   }

@@ -7,9 +7,9 @@
 //   dS_ij = P_ij (dP_ij - D_i) * ds_ij / d(q_i . k_j),
 //   dq_i = sum_j dS_ij k_j,   dk_j = sum dS_ij q_i,   dv_j = sum P_ij dO_i,
 // dk and dv summing over every row of every query head of j's KV group that sees j.
-// lse_i and D_i need all of row i's keys, so a dq row costs O(seqlen_k * head_dim),
-// and each (batch, KV head) holding sampled keys costs about one forward pass of its
-// query heads, shared by all the sampled keys it holds.
+// lse_i and D_i need all of row i's keys, so a dq row costs O(seqlen_k * (head_dim +
+// head_dim_v)), and each (batch, KV head) holding sampled keys costs about one forward
+// pass of its query heads, shared by all the sampled keys it holds.
 #pragma once
 
 #include <vector>
@@ -23,7 +23,7 @@ namespace fa3::cli {
 struct GradientRows {
   std::vector<double> dq;  // dq[r * head_dim + c]: query row r of the sample
   std::vector<double> dk;  // dk[r * head_dim + c]: key row r of the sample
-  std::vector<double> dv;
+  std::vector<double> dv;  // dv[r * head_dim_v + c]
 };
 
 // `args` are host views; only q, k, v, dout and the sinks are read (lse and D are

@@ -89,18 +89,20 @@ HostTensors::HostTensors(const TensorCapacity& capacity, DType dtype, std::uint6
                          const std::vector<float>& sinks)
     : q_bytes_(bytes_of(capacity.q_elements, dtype)),
       kv_bytes_(bytes_of(capacity.kv_elements, dtype)),
+      v_bytes_(bytes_of(capacity.v_elements, dtype)),
+      out_bytes_(bytes_of(capacity.out_elements, dtype)),
       lse_bytes_(bytes_of(capacity.lse_elements, DType::kFloat32)),
       sinks_bytes_(sinks.size() * sizeof(float)),
       q_(allocate(q_bytes_, "q")),
       k_(allocate(kv_bytes_, "k")),
-      v_(allocate(kv_bytes_, "v")),
-      out_(allocate(q_bytes_, "out")),
+      v_(allocate(v_bytes_, "v")),
+      out_(allocate(out_bytes_, "out")),
       lse_(allocate(lse_bytes_, "lse")),
       sinks_(allocate(sinks_bytes_, "sinks")) {
   fill_normal(q_.get(), dtype, capacity.q_elements, seed, 0);
   fill_normal(k_.get(), dtype, capacity.kv_elements, seed, 1);
-  fill_normal(v_.get(), dtype, capacity.kv_elements, seed, 2);
-  fill_nan(out_.get(), q_bytes_);
+  fill_normal(v_.get(), dtype, capacity.v_elements, seed, 2);
+  fill_nan(out_.get(), out_bytes_);
   fill_nan(lse_.get(), lse_bytes_);
   std::copy(sinks.begin(), sinks.end(), reinterpret_cast<float*>(sinks_.get()));
 }
@@ -108,22 +110,24 @@ HostTensors::HostTensors(const TensorCapacity& capacity, DType dtype, std::uint6
 HostGradients::HostGradients(const TensorCapacity& capacity, DType dtype, std::uint64_t seed)
     : q_bytes_(bytes_of(capacity.q_elements, dtype)),
       kv_bytes_(bytes_of(capacity.kv_elements, dtype)),
-      dout_(allocate(q_bytes_, "dout")),
+      v_bytes_(bytes_of(capacity.v_elements, dtype)),
+      out_bytes_(bytes_of(capacity.out_elements, dtype)),
+      dout_(allocate(out_bytes_, "dout")),
       dq_(allocate(q_bytes_, "dq")),
       dk_(allocate(kv_bytes_, "dk")),
-      dv_(allocate(kv_bytes_, "dv")) {
-  fill_normal(dout_.get(), dtype, capacity.q_elements, seed, 3);
+      dv_(allocate(v_bytes_, "dv")) {
+  fill_normal(dout_.get(), dtype, capacity.out_elements, seed, 3);
   fill_nan(dq_.get(), q_bytes_);
   fill_nan(dk_.get(), kv_bytes_);
-  fill_nan(dv_.get(), kv_bytes_);
+  fill_nan(dv_.get(), v_bytes_);
 }
 
 std::vector<std::byte> HostGradients::gradient_bytes() const {
   std::vector<std::byte> bytes;
-  bytes.reserve(q_bytes_ + 2 * kv_bytes_);
+  bytes.reserve(q_bytes_ + kv_bytes_ + v_bytes_);
   bytes.insert(bytes.end(), dq_.get(), dq_.get() + q_bytes_);
   bytes.insert(bytes.end(), dk_.get(), dk_.get() + kv_bytes_);
-  bytes.insert(bytes.end(), dv_.get(), dv_.get() + kv_bytes_);
+  bytes.insert(bytes.end(), dv_.get(), dv_.get() + v_bytes_);
   return bytes;
 }
 

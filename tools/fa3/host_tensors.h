@@ -35,12 +35,14 @@ class HostTensors {
             sinks_bytes_ > 0 ? reinterpret_cast<float*>(sinks_.get()) : nullptr};
   }
   std::size_t q_bytes() const { return q_bytes_; }
-  std::size_t kv_bytes() const { return kv_bytes_; }
+  std::size_t kv_bytes() const { return kv_bytes_; }  // of k
+  std::size_t v_bytes() const { return v_bytes_; }
+  std::size_t out_bytes() const { return out_bytes_; }
   std::size_t lse_bytes() const { return lse_bytes_; }
   std::size_t sinks_bytes() const { return sinks_bytes_; }  // 0: no sinks
 
  private:
-  std::size_t q_bytes_, kv_bytes_, lse_bytes_, sinks_bytes_;
+  std::size_t q_bytes_, kv_bytes_, v_bytes_, out_bytes_, lse_bytes_, sinks_bytes_;
   // Left uninitialised by allocation: every byte is filled right after.
   std::unique_ptr<std::byte[]> q_, k_, v_, out_, lse_, sinks_;
 };
@@ -51,14 +53,16 @@ class HostGradients {
   HostGradients(const TensorCapacity& capacity, DType dtype, std::uint64_t seed);
 
   GradientPointers pointers() const { return {dout_.get(), dq_.get(), dk_.get(), dv_.get()}; }
-  std::size_t q_bytes() const { return q_bytes_; }
-  std::size_t kv_bytes() const { return kv_bytes_; }
+  std::size_t q_bytes() const { return q_bytes_; }      // of dq
+  std::size_t kv_bytes() const { return kv_bytes_; }    // of dk
+  std::size_t v_bytes() const { return v_bytes_; }      // of dv
+  std::size_t out_bytes() const { return out_bytes_; }  // of dout
 
   // dq, dk and dv byte for byte: what a deterministic backward must reproduce.
   std::vector<std::byte> gradient_bytes() const;
 
  private:
-  std::size_t q_bytes_, kv_bytes_;
+  std::size_t q_bytes_, kv_bytes_, v_bytes_, out_bytes_;
   std::unique_ptr<std::byte[]> dout_, dq_, dk_, dv_;
 };
 

@@ -82,9 +82,9 @@ RowCheck check_rows(const Problem& p, const ForwardArgs& args, const std::vector
     const reference::ForwardResult ref = reference::forward_rows(p, args.q, args.k, args.v, rows, args.sinks);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const reference::RowRef& row = rows[r];
-      for (std::int64_t d = 0; d < p.head_dim; ++d) {
+      for (std::int64_t d = 0; d < p.head_dim_v; ++d) {
         const double got = element(args.out, row.batch, row.row, row.head, d);
-        const double err = difference(got, ref.out[r * p.head_dim + d]);
+        const double err = difference(got, ref.out[r * p.head_dim_v + d]);
         c.max_out_error = std::max(c.max_out_error, std::isnan(err) ? INFINITY : err);
       }
       if (args.lse.defined()) {

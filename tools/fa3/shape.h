@@ -17,18 +17,24 @@ struct AttentionShape {
   std::int64_t nheads_q = 8;
   std::int64_t nheads_kv = 8;
   std::int64_t head_dim = 128;
+  std::int64_t head_dim_v = 0;  // of v and out (and dout, dv); 0: head_dim
   DType dtype = DType::kBFloat16;
   AttentionOptions options;
   std::vector<float> sinks;  // attention sinks, one per query head; empty: none
 
-  // Element counts; throw RunError when one does not fit in 64 bits (sizes up to int32
-  // each can multiply past it).
+  std::int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+
+  // Element counts (q and k; v; out); throw RunError when one does not fit in 64 bits
+  // (sizes up to int32 each can multiply past it).
   std::int64_t q_elements() const;
   std::int64_t kv_elements() const;
+  std::int64_t v_elements() const;
+  std::int64_t out_elements() const;
   std::int64_t lse_elements() const;
 
   // "batch 1, seqlen_q 512, seqlen_k 512, nheads 8 (kv 8), head dim 128, bf16, causal",
-  // then ", sinks 0.5" (every head's) or ", sinks (0.5, -1, ...)" when there are sinks.
+  // with "head dim 192 (v 128)" when v's differs, then ", sinks 0.5" (every head's) or
+  // ", sinks (0.5, -1, ...)" when there are sinks.
   std::string describe() const;
 };
 
@@ -43,12 +49,13 @@ struct TensorPointers {
   float* sinks = nullptr;
 };
 
-// q, out (batch, seqlen_q, nheads_q, head_dim); k, v (batch, seqlen_k, nheads_kv,
-// head_dim); lse (batch, nheads_q, seqlen_q); sinks (nheads_q) when given; all contiguous.
+// q (batch, seqlen_q, nheads_q, head_dim); k (batch, seqlen_k, nheads_kv, head_dim); v
+// (batch, seqlen_k, nheads_kv, head_dim_v); out (batch, seqlen_q, nheads_q, head_dim_v);
+// lse (batch, nheads_q, seqlen_q); sinks (nheads_q) when given; all contiguous.
 ForwardArgs forward_args(const AttentionShape& shape, const TensorPointers& ptrs);
 
-// Base pointers of the backward's own tensors, in the shape's dtype: dout and dq like q,
-// dk and dv like k.
+// Base pointers of the backward's own tensors, in the shape's dtype: dout like out, dq
+// like q, dk like k and dv like v.
 struct GradientPointers {
   void* dout = nullptr;
   void* dq = nullptr;
@@ -67,6 +74,8 @@ BackwardArgs backward_args(const AttentionShape& shape, const TensorPointers& pt
 struct TensorCapacity {
   std::int64_t q_elements = 0;
   std::int64_t kv_elements = 0;
+  std::int64_t v_elements = 0;
+  std::int64_t out_elements = 0;
   std::int64_t lse_elements = 0;
 
   void grow_to(const AttentionShape& shape);

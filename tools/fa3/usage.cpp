@@ -48,7 +48,10 @@ shape:
   --seqlen-k N       key/value length (overrides --seqlen)
   --nheads N         query heads (default 8)
   --nheads-kv N      key/value heads, dividing --nheads (default: --nheads)
-  --head-dim N       head dimension (default 128)
+  --head-dim N       head dimension of q and k (default 128)
+  --head-dim-v N     head dimension of v and out, and so of dout and dv (default:
+                     --head-dim); one of its own, such as DeepSeek-V3's 192 and
+                     128, runs on the CPU only so far
   --dtype T          bf16 | fp16 | fp32; fp32 runs on the CPU only (default bf16)
 pass:
   --backward         time the backward pass: fa3::backward on the GPU, its
@@ -63,7 +66,7 @@ attention:
   --softcap X        scores become X * tanh(scores / X) (default 0: off)
   --chunk N          chunked attention: query i sees only keys of its own chunk of N
                      positions (Llama 4's attention_chunk); the CPU path only so far
-  --scale X          softmax scale (default 0: 1/sqrt(head dim))
+  --scale X          softmax scale (default 0: 1/sqrt(--head-dim))
   --sinks X[,X...]   attention sinks: one logit for every head, or one per head
                      (--nheads values), in each row's softmax denominator; lse
                      includes them. With --backward, dq, dk and dv are checked,

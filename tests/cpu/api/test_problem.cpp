@@ -13,6 +13,7 @@ Problem square(std::int64_t n) {
   p.nheads_q = 1;
   p.nheads_kv = 1;
   p.head_dim = 1;
+  p.head_dim_v = 1;
   p.seqlen_q = n;
   p.seqlen_k = n;
   return p;
@@ -45,6 +46,20 @@ TEST(Problem, QueriesBeforeTheFirstKeySeeNoChunk) {
   // Query 5 sits at key 0, in chunk [0, 2].
   EXPECT_EQ(p.first_key(5), 0);
   EXPECT_EQ(p.last_key(5), 2);
+}
+
+// Q K^T costs 2 * d and P V 2 * dv FLOPs per visible pair: (192, 128) counts 640, not
+// 4 * 192, per pair.
+TEST(Problem, FlopsCountEachHeadDimOnce) {
+  Problem p = square(8);
+  p.batch = 2;
+  p.nheads_q = 3;
+  p.head_dim = 192;
+  p.head_dim_v = 128;
+  EXPECT_DOUBLE_EQ(p.forward_flops(), 2.0 * 2 * 3 * 64 * (192 + 128));
+  p.causal = true;
+  p.window_right = 0;
+  EXPECT_DOUBLE_EQ(p.forward_flops(), 0.5 * 2.0 * 2 * 3 * 64 * (192 + 128));
 }
 
 }  // namespace

@@ -48,6 +48,8 @@ std::vector<Rejection> rejections() {
          for (T* t : {&q, &k, &v, &out}) resize_dim(*t, 3, 300);
        },
        StatusCode::kNotSupported, "q: head dim 300 is not supported; supported: 1 to 256"},
+      {"head_dim_v_600", [](O&, T&, T&, T& v, T&, T&) { resize_dim(v, 3, 600); }, StatusCode::kNotSupported,
+       "v: head dim 600 is not supported; supported: 1 to 512"},
       {"lse_shape", [](O&, T&, T&, T&, T&, T& lse) { resize_dim(lse, 2, 96); }, StatusCode::kInvalidArgument,
        "lse: shape (2, 4, 96) must be (batch, nheads_q, seqlen_q) = (2, 4, 64)"},
       {"scale_nan", [](O& o, T&, T&, T&, T&, T&) { o.softmax_scale = std::numeric_limits<float>::quiet_NaN(); },

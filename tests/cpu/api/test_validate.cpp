@@ -121,8 +121,12 @@ std::vector<Case> shape_cases() {
        "v: shape (2, 96, 1, 128) must match k's shape (2, 96, 2, 128) in batch, seqlen and nheads"},
       {"v_batch_mismatch", on_args<Args>([](Args& a) { resize_dim(a.v, 0, 1); }), kInvalid,
        "v: shape (1, 96, 2, 128) must match k's shape (2, 96, 2, 128) in batch, seqlen and nheads"},
-      {"v_head_dim_differs", on_args<Args>([](Args& a) { resize_dim(a.v, 3, 64); }), kUnsupported,
-       "v: head dim 64 differs from q's head dim 128; a separate V head dim is not supported yet"},
+      {"v_head_dim_differs_on_device", on_args<Args>([](Args& a) {
+         resize_dim(a.v, 3, 64);
+         resize_dim(a.out, 3, 64);
+       }),
+       kUnsupported,
+       "v: head dim 64 differs from q's head dim 128; a separate V head dim is not implemented on the GPU yet"},
       {"nheads_not_multiple", on_args<Args>([](Args& a) {
          resize_dim(a.q, 2, 3);
          resize_dim(a.out, 2, 3);
@@ -130,9 +134,11 @@ std::vector<Case> shape_cases() {
        }),
        kInvalid, "q: nheads 3 is not a multiple of k's nheads 2"},
       {"out_seqlen_mismatch", on_args<Args>([](Args& a) { resize_dim(a.out, 1, 63); }), kInvalid,
-       "out: shape (2, 63, 4, 128) must equal q's shape (2, 64, 4, 128)"},
+       "out: shape (2, 63, 4, 128) must be (batch, seqlen_q, nheads_q, head_dim_v) = (2, 64, 4, 128)"},
       {"out_head_dim_mismatch", on_args<Args>([](Args& a) { resize_dim(a.out, 3, 64); }), kInvalid,
-       "out: shape (2, 64, 4, 64) must equal q's shape (2, 64, 4, 128)"},
+       "out: shape (2, 64, 4, 64) must be (batch, seqlen_q, nheads_q, head_dim_v) = (2, 64, 4, 128)"},
+      {"out_nheads_is_nheads_kv", on_args<Args>([](Args& a) { resize_dim(a.out, 2, 2); }), kInvalid,
+       "out: shape (2, 64, 2, 128) must be (batch, seqlen_q, nheads_q, head_dim_v) = (2, 64, 4, 128)"},
       {"lse_seqlen_is_seqlen_k", on_args<Args>([](Args& a) { resize_dim(a.lse, 2, 96); }), kInvalid,
        "lse: shape (2, 4, 96) must be (batch, nheads_q, seqlen_q) = (2, 4, 64)"},
       {"lse_nheads_is_nheads_kv", on_args<Args>([](Args& a) { resize_dim(a.lse, 1, 2); }), kInvalid,
@@ -209,6 +215,7 @@ TEST(ValidateForward, FillsProblemFromValidArguments) {
   EXPECT_EQ(p.nheads_q, 4);
   EXPECT_EQ(p.nheads_kv, 2);
   EXPECT_EQ(p.head_dim, 128);
+  EXPECT_EQ(p.head_dim_v, 128);
   EXPECT_EQ(p.group_size(), 2);
   EXPECT_FLOAT_EQ(p.softmax_scale, 1.f / std::sqrt(128.f));  // 0 selects the default
   EXPECT_FALSE(p.causal);
@@ -355,6 +362,8 @@ TEST(Targets, CpuTargetIsHostWithEveryFeature) {
   EXPECT_EQ(t.dtypes, (std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kBFloat16}));
   EXPECT_TRUE(t.head_dims.empty());
   EXPECT_EQ(t.max_head_dim, 256);
+  EXPECT_EQ(t.max_head_dim_v, 512);
+  EXPECT_TRUE(t.separate_head_dim_v);
   EXPECT_TRUE(t.supports_window);
   EXPECT_TRUE(t.supports_softcap);
   EXPECT_TRUE(t.supports_sinks);

@@ -87,7 +87,9 @@ std::vector<Case> dtype_and_shape_cases() {
        }),
        kInvalid, "k: batch 1 does not match q's batch 2"},
       {"dout_seqlen_mismatch", on_args<Args>([](Args& a) { resize_dim(a.dout, 1, 63); }), kInvalid,
-       "dout: shape (2, 63, 4, 128) must equal q's shape (2, 64, 4, 128)"},
+       "dout: shape (2, 63, 4, 128) must be (batch, seqlen_q, nheads_q, head_dim_v) = (2, 64, 4, 128)"},
+      {"out_batch_mismatch", on_args<Args>([](Args& a) { resize_dim(a.out, 0, 1); }), kInvalid,
+       "out: shape (1, 64, 4, 128) must be (batch, seqlen_q, nheads_q, head_dim_v) = (2, 64, 4, 128)"},
       {"lse_seqlen_is_seqlen_k", on_args<Args>([](Args& a) { resize_dim(a.lse, 2, 96); }), kInvalid,
        "lse: shape (2, 4, 96) must be (batch, nheads_q, seqlen_q) = (2, 4, 64)"},
       {"dq_nheads_mismatch", on_args<Args>([](Args& a) { resize_dim(a.dq, 2, 2); }), kInvalid,
@@ -430,6 +432,7 @@ TEST(ValidateBackward, FillsProblemFromValidArguments) {
   EXPECT_EQ(p.nheads_q, 4);
   EXPECT_EQ(p.nheads_kv, 1);
   EXPECT_EQ(p.head_dim, 128);
+  EXPECT_EQ(p.head_dim_v, 128);
   EXPECT_FLOAT_EQ(p.softmax_scale, 1.f / std::sqrt(128.f));
   EXPECT_TRUE(p.causal);
   EXPECT_EQ(p.window_left, -1);

@@ -25,6 +25,9 @@ struct ArgsShape {
   std::int64_t nheads_kv = 2;
   std::int64_t head_dim = 128;
   DType dtype = DType::kBFloat16;
+  std::int64_t head_dim_v = 0;  // of v, out, dout and dv; 0: head_dim
+
+  std::int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 // Host memory aligned to 256 bytes (beyond what any rule asks), so that an offset of a
@@ -60,8 +63,8 @@ class ValidArgs {
  public:
   explicit ValidArgs(const ArgsShape& s = {})
       : shape_(s),
-        q_(bytes_qlike()), k_(bytes_kvlike()), v_(bytes_kvlike()), out_(bytes_qlike()), lse_(bytes_lse()),
-        dout_(bytes_qlike()), dq_(bytes_qlike()), dk_(bytes_kvlike()), dv_(bytes_kvlike()),
+        q_(bytes_qlike()), k_(bytes_kvlike()), v_(bytes_vlike()), out_(bytes_outlike()), lse_(bytes_lse()),
+        dout_(bytes_outlike()), dq_(bytes_qlike()), dk_(bytes_kvlike()), dv_(bytes_vlike()),
         sinks_(bytes_heads()), dsinks_(bytes_heads()) {}
 
   const ArgsShape& shape() const { return shape_; }
@@ -70,8 +73,8 @@ class ValidArgs {
     ForwardArgs a;
     a.q = qlike(q_);
     a.k = kvlike(k_);
-    a.v = kvlike(v_);
-    a.out = qlike(out_);
+    a.v = vlike(v_);
+    a.out = outlike(out_);
     a.lse = lse(lse_);
     return a;
   }
@@ -80,13 +83,13 @@ class ValidArgs {
     BackwardArgs a;
     a.q = qlike(q_);
     a.k = kvlike(k_);
-    a.v = kvlike(v_);
-    a.out = qlike(out_);
-    a.dout = qlike(dout_);
+    a.v = vlike(v_);
+    a.out = outlike(out_);
+    a.dout = outlike(dout_);
     a.lse = lse(lse_);
     a.dq = qlike(dq_);
     a.dk = kvlike(dk_);
-    a.dv = kvlike(dv_);
+    a.dv = vlike(dv_);
     return a;
   }
 
@@ -119,6 +122,12 @@ class ValidArgs {
   std::size_t bytes_kvlike() const {
     return static_cast<std::size_t>(shape_.batch * shape_.seqlen_k * shape_.nheads_kv * shape_.head_dim) * elem();
   }
+  std::size_t bytes_outlike() const {
+    return static_cast<std::size_t>(shape_.batch * shape_.seqlen_q * shape_.nheads_q * shape_.value_dim()) * elem();
+  }
+  std::size_t bytes_vlike() const {
+    return static_cast<std::size_t>(shape_.batch * shape_.seqlen_k * shape_.nheads_kv * shape_.value_dim()) * elem();
+  }
   std::size_t bytes_lse() const {
     return static_cast<std::size_t>(shape_.batch * shape_.nheads_q * shape_.seqlen_q) * sizeof(float);
   }
@@ -131,6 +140,14 @@ class ValidArgs {
   TensorView kvlike(const HostBuffer& b) const {
     return TensorView::contiguous(b.data(), shape_.dtype,
                                   {shape_.batch, shape_.seqlen_k, shape_.nheads_kv, shape_.head_dim});
+  }
+  TensorView outlike(const HostBuffer& b) const {
+    return TensorView::contiguous(b.data(), shape_.dtype,
+                                  {shape_.batch, shape_.seqlen_q, shape_.nheads_q, shape_.value_dim()});
+  }
+  TensorView vlike(const HostBuffer& b) const {
+    return TensorView::contiguous(b.data(), shape_.dtype,
+                                  {shape_.batch, shape_.seqlen_k, shape_.nheads_kv, shape_.value_dim()});
   }
   TensorView lse(const HostBuffer& b) const {
     return TensorView::contiguous(b.data(), DType::kFloat32, {shape_.batch, shape_.nheads_q, shape_.seqlen_q});

@@ -35,8 +35,8 @@ inline reference::ForwardResult rows_to_canonical(const Problem& p, const refere
   reference::ForwardResult res{std::vector<double>(r.out.size()), r.lse};
   std::size_t n = 0;
   for (const reference::RowRef& row : all_rows(p)) {
-    const std::int64_t at = ((row.batch * p.seqlen_q + row.row) * p.nheads_q + row.head) * p.head_dim;
-    for (std::int64_t d = 0; d < p.head_dim; ++d) res.out[static_cast<std::size_t>(at + d)] = r.out[n++];
+    const std::int64_t at = ((row.batch * p.seqlen_q + row.row) * p.nheads_q + row.head) * p.head_dim_v;
+    for (std::int64_t d = 0; d < p.head_dim_v; ++d) res.out[static_cast<std::size_t>(at + d)] = r.out[n++];
   }
   return res;
 }

@@ -150,6 +150,7 @@ struct Case {
   std::int64_t nheads_q = 1;
   std::int64_t nheads_kv = 1;
   std::int64_t head_dim = 64;
+  std::int64_t head_dim_v = 0;  // of v and out (and dout, dv); 0: head_dim
   DType dtype = DType::kFloat32;
   bool causal = false;
   int window_left = -1;
@@ -161,6 +162,8 @@ struct Case {
   float sinks_stddev = 0.f;
   Layout layout;      // of q, k, v and out
   Layout lse_layout;  // (batch, nheads, seqlen): only the first three entries are used
+
+  std::int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 
   AttentionOptions options() const {
     AttentionOptions o;
@@ -176,8 +179,8 @@ struct Case {
   std::string name() const {
     std::ostringstream s;
     s << "b" << batch << " sq" << seqlen_q << " sk" << seqlen_k << " h" << nheads_q << ":" << nheads_kv << " d"
-      << head_dim << " " << dtype_name(dtype) << (causal ? " causal" : "") << " window(" << window_left << ","
-      << window_right << ")"
+      << head_dim << (value_dim() != head_dim ? " dv" + std::to_string(value_dim()) : "") << " " << dtype_name(dtype)
+      << (causal ? " causal" : "") << " window(" << window_left << "," << window_right << ")"
       << " softcap" << softcap << (attention_chunk > 0 ? " chunk" + std::to_string(attention_chunk) : "")
       << (layout.order[1] != 1 ? " strided" : "") << (sinks_stddev > 0.f ? " sinks" : "");
     return s.str();
@@ -212,8 +215,8 @@ inline Attention make_attention(const Case& c, std::uint64_t seed) {
   Attention a;
   a.q = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
   a.k = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
-  a.v = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
-  a.out = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
+  a.v = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.value_dim()}, c.layout);
+  a.out = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.value_dim()}, c.layout);
   a.lse = HostTensor(DType::kFloat32, {c.batch, c.nheads_q, c.seqlen_q}, c.lse_layout);
   std::mt19937_64 rng(seed);
   a.q.fill_normal(rng);

@@ -12,7 +12,7 @@ namespace fa3::testing {
 namespace {
 
 HostTensor random_dout(const Case& c, std::uint64_t seed) {
-  HostTensor dout(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
+  HostTensor dout(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.value_dim()}, c.layout);
   std::mt19937_64 rng(seed);
   dout.fill_normal(rng);
   return dout;
@@ -126,6 +126,73 @@ TEST(NaiveBackward, MatchesFiniteDifferencesSoftcap) {
   expect_gradients_match_finite_differences(c, 501);
 }
 
+// A V head dim of its own, narrower and wider than q's: dv is v's shape, dP = dout . v
+// runs over v's head dim and dq, dk over q's; with GQA, masks, the softcap and sinks.
+TEST(NaiveBackward, MatchesFiniteDifferencesSeparateHeadDimV) {
+  Case c = small_case(5, 7, 2, 2);
+  c.batch = 2;
+  c.head_dim_v = 13;
+  expect_gradients_match_finite_differences(c, 120);
+  c = small_case(6, 6, 4, 2);
+  c.head_dim = 12;
+  c.head_dim_v = 5;
+  c.causal = true;
+  expect_gradients_match_finite_differences(c, 320);
+  c = small_case(6, 9, 2, 1);
+  c.head_dim_v = 16;
+  c.window_left = 2;
+  c.window_right = 1;
+  c.softmax_scale = 0.9f;
+  c.softcap = 1.f;
+  c.sinks_stddev = 1.5f;
+  expect_gradients_match_finite_differences(c, 420);
+}
+
+// Attention is the same on each slice of v's columns, so with v = [v_a | v_b] and dout =
+// [dout_a | dout_b] (head dim 32 against q's 16) the loss is the sum of the two halves'
+// losses: dq and dk are the sums of theirs (run with equal head dims), and dv is
+// [dv_a | dv_b] bit for bit (P and each column of dout alone make a column of dv).
+TEST(NaiveBackward, SeparateHeadDimVSumsEqualHeadDimsOnSlicesOfV) {
+  Case wide = small_case(20, 27, 4, 2);
+  wide.batch = 2;
+  wide.head_dim = 16;
+  wide.head_dim_v = 32;
+  wide.causal = true;
+  wide.sinks_stddev = 1.f;
+  Case half = wide;
+  half.head_dim_v = 0;
+  Attention w = make_attention(wide, 630);
+  HostTensor dout = random_dout(wide, 631);
+  const reference::BackwardResult gw = run_backward(w, dout);
+  reference::BackwardResult g[2];
+  for (int part = 0; part < 2; ++part) {
+    Attention a = make_attention(half, 632);
+    a.q.for_each([&](const Index& i, std::int64_t) { a.q.set(i, w.q.get(i)); });
+    a.k.for_each([&](const Index& i, std::int64_t) { a.k.set(i, w.k.get(i)); });
+    a.v.for_each([&](const Index& i, std::int64_t) { a.v.set(i, w.v.get({i[0], i[1], i[2], i[3] + 16 * part})); });
+    a.sinks.for_each([&](const Index& i, std::int64_t) { a.sinks.set(i, w.sinks.get(i)); });
+    HostTensor slice = random_dout(half, 633);
+    slice.for_each([&](const Index& i, std::int64_t) { slice.set(i, dout.get({i[0], i[1], i[2], i[3] + 16 * part})); });
+    g[part] = run_backward(a, slice);
+  }
+  const double scale = 1 + max_abs(gw.dq) + max_abs(gw.dk);
+  std::vector<double> dq(gw.dq.size()), dk(gw.dk.size()), dsinks(gw.dsinks.size());
+  for (std::size_t n = 0; n < dq.size(); ++n) dq[n] = g[0].dq[n] + g[1].dq[n];
+  for (std::size_t n = 0; n < dk.size(); ++n) dk[n] = g[0].dk[n] + g[1].dk[n];
+  for (std::size_t n = 0; n < dsinks.size(); ++n) dsinks[n] = g[0].dsinks[n] + g[1].dsinks[n];
+  EXPECT_LE(max_abs_error(gw.dq, dq), 1e-12 * scale);
+  EXPECT_LE(max_abs_error(gw.dk, dk), 1e-12 * scale);
+  EXPECT_LE(max_abs_error(gw.dsinks, dsinks), 1e-12 * (1 + max_abs(gw.dsinks)));
+  ASSERT_EQ(gw.dv.size(), 2 * g[0].dv.size());
+  for (std::size_t row = 0; row < g[0].dv.size() / 16; ++row) {
+    for (std::size_t d = 0; d < 16; ++d) {
+      for (int part = 0; part < 2; ++part) {
+        ASSERT_EQ(gw.dv[row * 32 + 16 * part + d], g[part].dv[row * 16 + d]) << "row " << row;
+      }
+    }
+  }
+}
+
 // dsinks_h = -sum_i exp(sink_h - lse_i) D_i (fa3/attention.h), against the loss moved by
 // each sink. Sinks of a few units take a good share of rows of a few keys, so that a
 // wrong term in dq, dk or dv (a P not divided by the sink's share) shows as well.
@@ -231,6 +298,7 @@ TEST(NaiveBackward, LikeInputsErrorIsNonzeroAndBounded) {
   c.dtype = DType::kBFloat16;
   for (bool causal : {false, true}) {
     c.causal = causal;
+    c.head_dim_v = causal ? 96 : 0;  // and a V head dim of its own
     SCOPED_TRACE(c.name());
     Attention a = make_attention(c, 700);
     HostTensor dout = random_dout(c, 701);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checks.h"
@@ -45,7 +46,13 @@ TEST(CpuEntryForward, MatchesTheExactReference) {
   capped.dtype = DType::kFloat16;
   Case sunk = api_case();
   sunk.sinks_stddev = 3.f;
-  for (const Case& c : {plain, capped, sunk}) {
+  Case deepseek = api_case();  // DeepSeek-V3's prefill head dims
+  deepseek.head_dim = 192;
+  deepseek.head_dim_v = 128;
+  Case wide_v = api_case();
+  wide_v.head_dim_v = 512;
+  wide_v.dtype = DType::kFloat32;
+  for (const Case& c : {plain, capped, sunk, deepseek, wide_v}) {
     SCOPED_TRACE(c.name());
     Attention a = make_attention(c, 800);
     const Status st = cpu::forward(a.args());
@@ -98,10 +105,10 @@ struct Gradients {
   HostTensor dout, dq, dk, dv, dsinks;
 
   explicit Gradients(const Case& c) {
-    dout = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
+    dout = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.value_dim()}, c.layout);
     dq = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.nheads_q, c.head_dim}, c.layout);
     dk = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
-    dv = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.head_dim}, c.layout);
+    dv = HostTensor(c.dtype, {c.batch, c.seqlen_k, c.nheads_kv, c.value_dim()}, c.layout);
     dsinks = HostTensor(DType::kFloat32, {c.nheads_q});
     std::mt19937_64 rng(804);
     dout.fill_normal(rng);
@@ -130,9 +137,13 @@ struct Gradients {
 };
 
 // The exact gradients, stored in the caller's dtype and strides: each element is
-// the reference value rounded once to bf16.
-TEST(CpuEntryBackward, WritesTheExactGradients) {
-  const Case c = api_case();
+// the reference value rounded once to bf16; with a V head dim of q's, and of its own
+// (dv then has v's).
+class CpuEntryBackwardHeadDims : public ::testing::TestWithParam<std::pair<std::int64_t, std::int64_t>> {};
+TEST_P(CpuEntryBackwardHeadDims, WritesTheExactGradients) {
+  Case c = api_case();
+  c.head_dim = GetParam().first;
+  c.head_dim_v = GetParam().second;
   Attention a = make_attention(c, 805);
   ASSERT_TRUE(cpu::forward(a.args()).is_ok());
   Gradients g(c);
@@ -151,6 +162,13 @@ TEST(CpuEntryBackward, WritesTheExactGradients) {
     EXPECT_TRUE(got->padding_is_nan());
   }
 }
+INSTANTIATE_TEST_SUITE_P(HeadDims, CpuEntryBackwardHeadDims,
+                         ::testing::Values(std::make_pair(64, 0), std::make_pair(192, 128), std::make_pair(64, 256),
+                                           std::make_pair(40, 24)),
+                         [](const auto& info) {
+                           return "d" + std::to_string(info.param.first) + "_dv" +
+                                  std::to_string(info.param.second > 0 ? info.param.second : info.param.first);
+                         });
 
 // With sinks: the gradients as above, and dsinks the reference's, rounded once to fp32.
 TEST(CpuEntryBackward, WritesTheExactGradientsOfSinks) {

@@ -41,7 +41,7 @@ std::int64_t last_key(const Case& c, std::int64_t i) {
 }
 
 std::int64_t out_at(const Case& c, std::int64_t b, std::int64_t i, std::int64_t h, std::int64_t d) {
-  return ((b * c.seqlen_q + i) * c.nheads_q + h) * c.head_dim + d;
+  return ((b * c.seqlen_q + i) * c.nheads_q + h) * c.value_dim() + d;
 }
 std::int64_t lse_at(const Case& c, std::int64_t b, std::int64_t h, std::int64_t i) {
   return (b * c.nheads_q + h) * c.seqlen_q + i;
@@ -107,6 +107,32 @@ TEST(KnownValues, DefaultScaleIsInverseSqrtHeadDim) {
   for_each_path(a, [&](const reference::ForwardResult& r) { expect_two_key_result(r, scale, 2 * scale); });
 }
 
+// Values of three elements for keys of two: scores 0.5 and 1 as above, the default scale
+// 1/sqrt(2) (q's head dim, not v's), and out of v's head dim.
+TEST(KnownValues, ValuesOfTheirOwnHeadDim) {
+  for (float scale : {0.5f, 0.f}) {
+    Case c;
+    c.seqlen_k = 2;
+    c.head_dim = 2;
+    c.head_dim_v = 3;
+    c.softmax_scale = scale;
+    Attention a = make_attention(c, 1);
+    const float q[] = {1, 2}, k[2][2] = {{1, 0}, {0, 1}}, v[2][3] = {{1, 2, 0.5f}, {3, -1, -4}};
+    for (std::int64_t d = 0; d < 2; ++d) a.q.set({0, 0, 0, d}, q[d]);
+    for (std::int64_t j = 0; j < 2; ++j) {
+      for (std::int64_t d = 0; d < 2; ++d) a.k.set({0, j, 0, d}, k[j][d]);
+      for (std::int64_t d = 0; d < 3; ++d) a.v.set({0, j, 0, d}, v[j][d]);
+    }
+    const double s = scale > 0 ? 0.5 : 1 / std::sqrt(2.0);
+    const double p0 = std::exp(s) / (std::exp(s) + std::exp(2 * s)), p1 = 1 - p0;
+    for_each_path(a, [&](const reference::ForwardResult& r) {
+      ASSERT_EQ(r.out.size(), 3u);
+      for (std::size_t d = 0; d < 3; ++d) EXPECT_NEAR(r.out[d], p0 * v[0][d] + p1 * v[1][d], kTolerance) << d;
+      EXPECT_NEAR(r.lse[0], std::log(std::exp(s) + std::exp(2 * s)), kTolerance);
+    });
+  }
+}
+
 TEST(KnownValues, SoftcapAppliesToScaledScores) {
   Attention a = two_keys(0.5f, 0.8f);
   for_each_path(a, [](const reference::ForwardResult& r) {
@@ -150,6 +176,7 @@ TEST(KnownValues, IdenticalKeysGiveTheMeanOfVisibleValues) {
     c.nheads_q = 4;
     c.nheads_kv = 2;
     c.head_dim = 24;
+    c.head_dim_v = c.causal ? 40 : 0;  // a V head dim of its own on half the masks
     SCOPED_TRACE(c.name());
     Attention a = make_attention(c, 7);
     a.k.for_each([&](const Index& i, std::int64_t) { a.k.set(i, a.k.get({i[0], 0, i[2], i[3]})); });
@@ -159,7 +186,7 @@ TEST(KnownValues, IdenticalKeysGiveTheMeanOfVisibleValues) {
         for (std::int64_t h = 0; h < c.nheads_q; ++h) {
           for (std::int64_t i = 0; i < c.seqlen_q; ++i) {
             const std::int64_t first = first_key(c, i), last = last_key(c, i);
-            for (std::int64_t d = 0; d < c.head_dim; ++d) {
+            for (std::int64_t d = 0; d < c.value_dim(); ++d) {
               double mean = 0;
               for (std::int64_t j = first; j <= last; ++j) mean += a.v.get({b, j, h / 2, d});
               mean /= static_cast<double>(last - first + 1);
@@ -193,6 +220,7 @@ TEST(KnownValues, FullyMaskedRowsGiveZeroAndMinusInfinity) {
       c.batch = 2;
       c.nheads_q = 2;
       c.head_dim = 32;
+      c.head_dim_v = dtype == DType::kFloat32 ? 16 : 0;
       SCOPED_TRACE(c.name());
       Attention a = make_attention(c, 9);
       std::int64_t masked_rows = 0;
@@ -209,7 +237,7 @@ TEST(KnownValues, FullyMaskedRowsGiveZeroAndMinusInfinity) {
               } else {
                 EXPECT_TRUE(std::isfinite(lse)) << "row " << i;
               }
-              for (std::int64_t d = 0; d < c.head_dim; ++d) {
+              for (std::int64_t d = 0; d < c.value_dim(); ++d) {
                 const double o = r.out[out_at(c, b, i, h, d)];
                 if (masked) {
                   ASSERT_EQ(o, 0.0) << "row " << i;
@@ -255,7 +283,7 @@ TEST(KnownValues, RowsThatSeeNoKeyGiveZeroAndTheirSink) {
             } else {
               EXPECT_TRUE(std::isfinite(lse)) << "row " << i;
             }
-            for (std::int64_t d = 0; d < c.head_dim; ++d) {
+            for (std::int64_t d = 0; d < c.value_dim(); ++d) {
               const double o = r.out[out_at(c, b, i, h, d)];
               if (masked) {
                 ASSERT_EQ(o, 0.0) << "row " << i;
@@ -299,7 +327,7 @@ TEST(KnownValues, MinusInfinitySinksAreNoSinks) {
 }
 
 // One key: its weight is exactly 1, so out is exactly that key's value row and lse
-// its scaled score.
+// its scaled score; v's head dim is 72, q's 40.
 TEST(KnownValues, SingleKeyReturnsItsValue) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     Case c;
@@ -307,6 +335,7 @@ TEST(KnownValues, SingleKeyReturnsItsValue) {
     c.seqlen_q = 19;
     c.nheads_q = 3;
     c.head_dim = 40;
+    c.head_dim_v = 72;
     c.dtype = dtype;
     SCOPED_TRACE(c.name());
     Attention a = make_attention(c, 13);
@@ -315,11 +344,11 @@ TEST(KnownValues, SingleKeyReturnsItsValue) {
       for (std::int64_t b = 0; b < c.batch; ++b) {
         for (std::int64_t h = 0; h < c.nheads_q; ++h) {
           for (std::int64_t i = 0; i < c.seqlen_q; ++i) {
-            double score = 0;
-            for (std::int64_t d = 0; d < c.head_dim; ++d) {
+            for (std::int64_t d = 0; d < c.value_dim(); ++d) {
               ASSERT_EQ(r.out[out_at(c, b, i, h, d)], a.v.get({b, 0, 0, d}));
-              score += double{a.q.get({b, i, h, d})} * a.k.get({b, 0, 0, d});
             }
+            double score = 0;
+            for (std::int64_t d = 0; d < c.head_dim; ++d) score += double{a.q.get({b, i, h, d})} * a.k.get({b, 0, 0, d});
             // kLikeInputs rounds the raw score to the input dtype.
             EXPECT_NEAR(r.lse[lse_at(c, b, h, i)], scale * score,
                         kTolerance + storage_rounding(dtype) * scale * std::fabs(score));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "forward_paths.h"
 #include "host_tensor.h"
 #include "reference/naive.h"
 #include "reference/tiled_cpu.h"
@@ -68,26 +69,29 @@ TEST(NaiveLikeInputs, Fp32InputsGiveFp32Math) {
 }
 
 // The fp32-accumulating tiled path meets the accuracy rule against this "low" result,
-// as any correct kernel must.
+// as any correct kernel must, with a V head dim of q's and of its own.
 TEST(NaiveLikeInputs, TiledPathMeetsTheAccuracyRule) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    Case c = mid_case(dtype, true);
-    c.window_left = 40;
-    SCOPED_TRACE(c.name());
-    Attention a = make_attention(c, 5);
-    const reference::ForwardResult exact = run_naive(a, reference::Precision::kExact);
-    const reference::ForwardResult low = run_naive(a, reference::Precision::kLikeInputs);
-    reference::tiled_forward(a.problem, a.args());
-    const double out_err = max_abs_error(a.out, exact.out);
-    EXPECT_LE(out_err, 2 * max_abs_error(low.out, exact.out) + 1e-5);
-    EXPECT_LE(out_err, forward_cap(dtype));
-    EXPECT_LE(max_abs_error(a.lse, exact.lse), 2 * max_abs_error(low.lse, exact.lse) + 1e-5);
+    for (std::int64_t dv : {0, 64}) {
+      Case c = mid_case(dtype, true);
+      c.window_left = 40;
+      c.head_dim_v = dv;
+      SCOPED_TRACE(c.name());
+      Attention a = make_attention(c, 5);
+      const reference::ForwardResult exact = run_naive(a, reference::Precision::kExact);
+      const reference::ForwardResult low = run_naive(a, reference::Precision::kLikeInputs);
+      reference::tiled_forward(a.problem, a.args());
+      const double out_err = max_abs_error(a.out, exact.out);
+      EXPECT_LE(out_err, 2 * max_abs_error(low.out, exact.out) + 1e-5);
+      EXPECT_LE(out_err, forward_cap(dtype));
+      EXPECT_LE(max_abs_error(a.lse, exact.lse), 2 * max_abs_error(low.lse, exact.lse) + 1e-5);
+    }
   }
 }
 
 // forward_rows shares forward's per-row code: sampled rows agree bit for bit.
 TEST(NaiveRows, EqualForwardOnSampledRows) {
-  Case cases[3];
+  Case cases[4];
   cases[0] = mid_case(DType::kBFloat16, true);
   cases[0].seqlen_q = 300;  // rows past seqlen_k are fully masked
   cases[1] = mid_case(DType::kFloat16, false);
@@ -97,6 +101,9 @@ TEST(NaiveRows, EqualForwardOnSampledRows) {
   cases[1].layout = strided_layout();
   cases[2] = mid_case(DType::kFloat32, false);
   cases[2].nheads_kv = 1;
+  cases[3] = mid_case(DType::kBFloat16, true);
+  cases[3].head_dim = 192;
+  cases[3].head_dim_v = 128;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name());
     Attention a = make_attention(c, 8);
@@ -110,14 +117,15 @@ TEST(NaiveRows, EqualForwardOnSampledRows) {
     }
     const reference::ForwardResult sampled =
         reference::forward_rows(a.problem, a.q.view(), a.k.view(), a.v.view(), rows);
-    ASSERT_EQ(sampled.out.size(), rows.size() * c.head_dim);
+    const std::int64_t dv = c.value_dim();
+    ASSERT_EQ(sampled.out.size(), rows.size() * dv);
     ASSERT_EQ(sampled.lse.size(), rows.size());
     for (std::size_t n = 0; n < rows.size(); ++n) {
       const reference::RowRef& r = rows[n];
       EXPECT_EQ(sampled.lse[n], full.lse[(r.batch * c.nheads_q + r.head) * c.seqlen_q + r.row]);
-      const std::int64_t at = ((r.batch * c.seqlen_q + r.row) * c.nheads_q + r.head) * c.head_dim;
-      for (std::int64_t d = 0; d < c.head_dim; ++d) {
-        ASSERT_EQ(sampled.out[n * c.head_dim + d], full.out[at + d]) << "row " << n;
+      const std::int64_t at = ((r.batch * c.seqlen_q + r.row) * c.nheads_q + r.head) * dv;
+      for (std::int64_t d = 0; d < dv; ++d) {
+        ASSERT_EQ(sampled.out[n * dv + d], full.out[at + d]) << "row " << n;
       }
     }
   }
@@ -150,6 +158,45 @@ TEST(Naive, GroupedHeadsEqualRepeatedKvHeads) {
     const reference::ForwardResult rm = run_naive(m, precision);
     EXPECT_EQ(rg.out, rm.out);
     EXPECT_EQ(rg.lse, rm.lse);
+  }
+}
+
+// Attention is the same on each slice of v's columns: with v = [v_a | v_b] (head dim 80
+// against q's 40), every forward path gives out = [out_a | out_b] bit for bit, out_a and
+// out_b run with equal head dims, and their lse. The softmax is computed once per row
+// whatever v holds, and each output column on its own.
+TEST(Naive, SeparateHeadDimVEqualsEqualHeadDimsOnSlicesOfV) {
+  Case wide = mid_case(DType::kBFloat16, true);
+  wide.seqlen_q = 70;
+  wide.seqlen_k = 90;
+  wide.head_dim = 40;
+  wide.head_dim_v = 80;
+  wide.window_left = 30;
+  wide.sinks_stddev = 1.f;
+  wide.layout = strided_layout();
+  Case half = wide;
+  half.head_dim_v = 0;
+  Attention w = make_attention(wide, 15);
+  Attention parts[2] = {make_attention(half, 16), make_attention(half, 17)};
+  for (int part = 0; part < 2; ++part) {
+    Attention& a = parts[part];
+    a.q.for_each([&](const Index& i, std::int64_t) { a.q.set(i, w.q.get(i)); });
+    a.k.for_each([&](const Index& i, std::int64_t) { a.k.set(i, w.k.get(i)); });
+    a.v.for_each([&](const Index& i, std::int64_t) { a.v.set(i, w.v.get({i[0], i[1], i[2], i[3] + 40 * part})); });
+    a.sinks.for_each([&](const Index& i, std::int64_t) { a.sinks.set(i, w.sinks.get(i)); });
+  }
+  for (const ForwardPath& path : forward_paths()) {
+    SCOPED_TRACE(path.name);
+    const reference::ForwardResult rw = path.run(w);
+    for (int part = 0; part < 2; ++part) {
+      const reference::ForwardResult r = path.run(parts[part]);
+      EXPECT_EQ(r.lse, rw.lse);
+      for (std::size_t row = 0; row < r.out.size() / 40; ++row) {
+        for (std::size_t d = 0; d < 40; ++d) {
+          ASSERT_EQ(r.out[row * 40 + d], rw.out[row * 80 + 40 * part + d]) << "row " << row << " part " << part;
+        }
+      }
+    }
   }
 }
 

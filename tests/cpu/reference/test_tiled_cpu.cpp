@@ -15,7 +15,8 @@ namespace fa3::testing {
 namespace {
 
 std::uint64_t seed_of(const Case& c) {
-  return static_cast<std::uint64_t>(c.seqlen_q * 1000003 + c.seqlen_k * 1009 + c.head_dim * 17 + c.nheads_q);
+  return static_cast<std::uint64_t>(c.seqlen_q * 1000003 + c.seqlen_k * 1009 + c.head_dim * 17 + c.nheads_q +
+                                    c.head_dim_v * 7919);
 }
 
 TEST(TiledCpu, SeqlensEqual) {
@@ -56,6 +57,46 @@ TEST(TiledCpu, HeadDims) {
     c.causal = true;
     expect_tiled_matches_exact(c, seed_of(c) + 1);
   }
+}
+
+// A V head dim of its own (fa3/attention.h): DeepSeek-V3's (192, 128), FlashAttention-3's
+// (64, 256) and (64, 512), and dims no vector width divides, V narrower and wider than q,
+// over query and key blocks that end mid-sequence.
+TEST(TiledCpu, SeparateHeadDimV) {
+  const std::pair<std::int64_t, std::int64_t> dims[] = {{192, 128}, {64, 256}, {64, 512}, {40, 24}, {24, 40}, {1, 33}};
+  for (const auto& [d, dv] : dims) {
+    for (bool causal : {false, true}) {
+      Case c;
+      c.batch = 2;
+      c.seqlen_q = 113;
+      c.seqlen_k = 129;
+      c.nheads_q = 4;
+      c.nheads_kv = 2;
+      c.head_dim = d;
+      c.head_dim_v = dv;
+      c.causal = causal;
+      expect_tiled_matches_exact(c, seed_of(c), {16, 32, 0});
+    }
+  }
+  // With every other feature: a window, softcap, sinks, a chunk, bf16 and strided views.
+  Case c;
+  c.batch = 2;
+  c.seqlen_q = 129;
+  c.seqlen_k = 113;
+  c.nheads_q = 6;
+  c.nheads_kv = 2;
+  c.head_dim = 192;
+  c.head_dim_v = 128;
+  c.dtype = DType::kBFloat16;
+  c.window_left = 30;
+  c.window_right = 5;
+  c.softmax_scale = 0.2f;
+  c.softcap = 2.f;
+  c.attention_chunk = 48;
+  c.sinks_stddev = 2.f;
+  c.layout = strided_layout();
+  c.lse_layout = strided_lse_layout();
+  expect_tiled_matches_exact(c, 71);
 }
 
 TEST(TiledCpu, SlidingWindows) {

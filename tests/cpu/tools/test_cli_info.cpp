@@ -33,7 +33,9 @@ TEST(CliInfo, ListsTheBuild) {
   } else {
     EXPECT_TRUE(contains(r.out, "none (built without GPU kernels)")) << r.out;
   }
-  EXPECT_TRUE(contains(r.out, "CPU path        dtypes fp32, fp16, bf16; head dims 1 to 256")) << r.out;
+  EXPECT_TRUE(
+      contains(r.out, "CPU path        dtypes fp32, fp16, bf16; head dims 1 to 256, V head dims (v, out) 1 to 512\n"))
+      << r.out;
 }
 
 TEST(CliInfo, ReportsTheDeviceOrItsAbsence) {

@@ -71,7 +71,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "--dtype fp32 --batch 2 --seqlen-q 40 --seqlen-k 30 --nheads 4 --nheads-kv 2 --head-dim 32 --causal "
                 "--sinks 0.5,-1,2,3 --check-rows 1000",
                 "batch 2, seqlen_q 40, seqlen_k 30, nheads 4 (kv 2), head dim 32, fp32, causal, sinks (0.5, -1, 2, 3)",
-                1e-5}),
+                1e-5},
+        // V head dims of their own: DeepSeek-V3's (192, 128), and 512 against q's 64, every row.
+        RunCase{"bf16_head_dim_v_deepseek",
+                "--batch 2 --seqlen-q 70 --seqlen-k 90 --nheads 4 --nheads-kv 2 --head-dim 192 --head-dim-v 128 "
+                "--causal",
+                "batch 2, seqlen_q 70, seqlen_k 90, nheads 4 (kv 2), head dim 192 (v 128), bf16, causal", 2e-2},
+        RunCase{"fp32_head_dim_v_512_all_rows",
+                "--dtype fp32 --seqlen 40 --nheads 2 --head-dim 64 --head-dim-v 512 --window 6,2 --check-rows 1000",
+                "batch 1, seqlen_q 40, seqlen_k 40, nheads 2 (kv 2), head dim 64 (v 512), fp32, window (6, 2)", 1e-5},
+        // --head-dim-v equal to --head-dim is the plain problem.
+        RunCase{"head_dim_v_same", "--seqlen 33 --nheads 2 --head-dim 48 --head-dim-v 48",
+                "batch 1, seqlen_q 33, seqlen_k 33, nheads 2 (kv 2), head dim 48, bf16", 2e-2}),
     [](const auto& info) { return info.param.name; });
 
 TEST(CliRun, ChecksAllRowsWhenAskedForMore) {
@@ -106,6 +117,22 @@ TEST(CliRun, LibraryRejectionExitsOne) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_EQ(r.err, "fa3 run: not supported: q: head dim 300 is not supported; supported: 1 to 256\n");
+}
+
+TEST(CliRun, HeadDimVPastTheCpuPathsExitsOne) {
+  const CliResult r = run_cli("run --device cpu --seqlen 4 --nheads 1 --head-dim 64 --head-dim-v 600");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_EQ(r.err, "fa3 run: not supported: v: head dim 600 is not supported; supported: 1 to 512\n");
+}
+
+// FLOPs count q . k over q's head dim and P v over v's: 2 x 2 heads x 64 x 64 x (192 +
+// 64) = 4.19 MFLOP.
+TEST(CliRun, CountsEachHeadDimsFlops) {
+  const CliResult r =
+      run_cli("run --device cpu --iters 1 --warmup 0 --seqlen 64 --nheads 2 --head-dim 192 --head-dim-v 64");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, " TFLOP/s (0.00419 GFLOP)")) << r.out;
 }
 
 TEST(CliRun, GpuRequestWithoutHopperExitsOne) {

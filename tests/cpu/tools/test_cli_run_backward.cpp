@@ -92,6 +92,17 @@ INSTANTIATE_TEST_SUITE_P(
                      "--sinks 1,-2,0.5,3 --check-rows 1000",
                      "batch 1, seqlen_q 30, seqlen_k 20, nheads 4 (kv 2), head dim 16, fp32, causal, "
                      "sinks (1, -2, 0.5, 3)",
+                     1e-5},
+        // V head dims of their own: dv has v's, dq and dk q's.
+        BackwardCase{"bf16_head_dim_v_deepseek",
+                     "--batch 2 --seqlen-q 70 --seqlen-k 90 --nheads 4 --nheads-kv 2 --head-dim 192 "
+                     "--head-dim-v 128 --causal",
+                     "batch 2, seqlen_q 70, seqlen_k 90, nheads 4 (kv 2), head dim 192 (v 128), bf16, causal", 2e-2},
+        BackwardCase{"fp32_head_dim_v_wider_all_rows",
+                     "--dtype fp32 --seqlen-q 30 --seqlen-k 20 --nheads 4 --nheads-kv 2 --head-dim 16 "
+                     "--head-dim-v 40 --causal --sinks 1,-2,0.5,3 --check-rows 1000",
+                     "batch 1, seqlen_q 30, seqlen_k 20, nheads 4 (kv 2), head dim 16 (v 40), fp32, causal, "
+                     "sinks (1, -2, 0.5, 3)",
                      1e-5}),
     [](const auto& info) { return info.param.name; });
 

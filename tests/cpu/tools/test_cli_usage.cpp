@@ -33,6 +33,7 @@ std::vector<BadArgs> bad_args() {
       {"trailing_junk", "run --nheads 8x", "--nheads: expected an integer, got '8x'"},
       {"zero_size", "run --seqlen 0", "--seqlen: 0 is out of range (1 to 2147483647)"},
       {"negative_size", "run --head-dim -64", "--head-dim: -64 is out of range"},
+      {"zero_head_dim_v", "run --head-dim-v 0", "--head-dim-v: 0 is out of range (1 to 2147483647)"},
       {"size_over_int32", "run --seqlen-k 2147483648", "--seqlen-k: 2147483648 is out of range"},
       {"zero_iters", "run --iters 0", "--iters: 0 is out of range"},
       {"bad_dtype", "run --dtype fp8", "--dtype: expected bf16, fp16 or fp32, got 'fp8'"},

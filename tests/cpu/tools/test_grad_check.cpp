@@ -30,6 +30,9 @@ struct Case {
   AttentionOptions options;
   bool strided = false;      // q, k, v, dout stored (batch, head, seqlen, dim), viewed as fa3's layout
   std::vector<float> sinks;  // one per query head; empty: none
+  std::int64_t head_dim_v = 0;  // of v, out, dout and dv; 0: head_dim
+
+  std::int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -57,30 +60,33 @@ class Tensors {
     std::normal_distribution<float> normal;
     const std::int64_t q_elems = c.batch * c.seqlen_q * c.nheads_q * c.head_dim;
     const std::int64_t kv_elems = c.batch * c.seqlen_k * c.nheads_kv * c.head_dim;
+    const std::int64_t out_elems = c.batch * c.seqlen_q * c.nheads_q * c.value_dim();
+    const std::int64_t v_elems = c.batch * c.seqlen_k * c.nheads_kv * c.value_dim();
     using Buffer = std::pair<std::vector<std::byte>*, std::int64_t>;
     for (auto [buf, n] :
-         {Buffer{&q_, q_elems}, Buffer{&k_, kv_elems}, Buffer{&v_, kv_elems}, Buffer{&dout_, q_elems}}) {
+         {Buffer{&q_, q_elems}, Buffer{&k_, kv_elems}, Buffer{&v_, v_elems}, Buffer{&dout_, out_elems}}) {
       buf->resize(static_cast<std::size_t>(n) * 4);
       for (std::int64_t i = 0; i < n; ++i) numeric::store_from_float(buf->data(), i, dtype, normal(rng));
     }
-    out_.resize(static_cast<std::size_t>(q_elems) * 4);
-    dq_.resize(out_.size());
+    out_.resize(static_cast<std::size_t>(out_elems) * 4);
+    dq_.resize(static_cast<std::size_t>(q_elems) * 4);
     dk_.resize(static_cast<std::size_t>(kv_elems) * 4);
-    dv_.resize(dk_.size());
+    dv_.resize(static_cast<std::size_t>(v_elems) * 4);
     lse_.assign(static_cast<std::size_t>(c.batch * c.nheads_q * c.seqlen_q), 0.f);
     sinks_ = c.sinks;
   }
 
   BackwardArgs args() {
     BackwardArgs a;
-    a.q = input(q_.data(), c_.seqlen_q, c_.nheads_q);
-    a.k = input(k_.data(), c_.seqlen_k, c_.nheads_kv);
-    a.v = input(v_.data(), c_.seqlen_k, c_.nheads_kv);
-    a.dout = input(dout_.data(), c_.seqlen_q, c_.nheads_q);
-    a.out = TensorView::contiguous(out_.data(), dtype_, {c_.batch, c_.seqlen_q, c_.nheads_q, c_.head_dim});
-    a.dq = TensorView::contiguous(dq_.data(), dtype_, {c_.batch, c_.seqlen_q, c_.nheads_q, c_.head_dim});
-    a.dk = TensorView::contiguous(dk_.data(), dtype_, {c_.batch, c_.seqlen_k, c_.nheads_kv, c_.head_dim});
-    a.dv = TensorView::contiguous(dv_.data(), dtype_, {c_.batch, c_.seqlen_k, c_.nheads_kv, c_.head_dim});
+    const std::int64_t d = c_.head_dim, dv = c_.value_dim();
+    a.q = input(q_.data(), c_.seqlen_q, c_.nheads_q, d);
+    a.k = input(k_.data(), c_.seqlen_k, c_.nheads_kv, d);
+    a.v = input(v_.data(), c_.seqlen_k, c_.nheads_kv, dv);
+    a.dout = input(dout_.data(), c_.seqlen_q, c_.nheads_q, dv);
+    a.out = TensorView::contiguous(out_.data(), dtype_, {c_.batch, c_.seqlen_q, c_.nheads_q, dv});
+    a.dq = TensorView::contiguous(dq_.data(), dtype_, {c_.batch, c_.seqlen_q, c_.nheads_q, d});
+    a.dk = TensorView::contiguous(dk_.data(), dtype_, {c_.batch, c_.seqlen_k, c_.nheads_kv, d});
+    a.dv = TensorView::contiguous(dv_.data(), dtype_, {c_.batch, c_.seqlen_k, c_.nheads_kv, dv});
     a.lse = TensorView::contiguous(lse_.data(), DType::kFloat32, {c_.batch, c_.nheads_q, c_.seqlen_q});
     if (!sinks_.empty()) a.sinks = TensorView::contiguous(sinks_.data(), DType::kFloat32, {c_.nheads_q});
     a.options = c_.options;
@@ -88,8 +94,7 @@ class Tensors {
   }
 
  private:
-  TensorView input(void* data, std::int64_t seqlen, std::int64_t heads) const {
-    const std::int64_t d = c_.head_dim;
+  TensorView input(void* data, std::int64_t seqlen, std::int64_t heads, std::int64_t d) const {
     if (!c_.strided) return TensorView::contiguous(data, dtype_, {c_.batch, seqlen, heads, d});
     return TensorView::strided(data, dtype_, {c_.batch, seqlen, heads, d}, {heads * seqlen * d, d, seqlen * d, 1});
   }
@@ -132,37 +137,40 @@ TEST_P(SampledReference, EqualsTheFullReference) {
   for (int threads : {1, 3}) {
     const cli::GradientRows g = cli::reference_gradients(p, a, query_rows, key_rows, threads);
     auto expect_equal = [&](const std::vector<double>& got, const std::vector<RowRef>& rows, std::int64_t seqlen,
-                            std::int64_t heads, const std::vector<double>& want, const char* name) {
+                            std::int64_t heads, std::int64_t dim, const std::vector<double>& want, const char* name) {
       ASSERT_EQ(got.size(), want.size());
       for (std::size_t r = 0; r < rows.size(); ++r) {
         // Canonical (batch, seqlen, heads, dim) offset of the row in the full result.
         const std::size_t at =
-            static_cast<std::size_t>(((rows[r].batch * seqlen + rows[r].row) * heads + rows[r].head) * c.head_dim);
-        for (std::int64_t d = 0; d < c.head_dim; ++d) {
+            static_cast<std::size_t>(((rows[r].batch * seqlen + rows[r].row) * heads + rows[r].head) * dim);
+        for (std::int64_t d = 0; d < dim; ++d) {
           const double w = want[at + static_cast<std::size_t>(d)];
-          ASSERT_NEAR(got[r * static_cast<std::size_t>(c.head_dim) + static_cast<std::size_t>(d)], w,
+          ASSERT_NEAR(got[r * static_cast<std::size_t>(dim) + static_cast<std::size_t>(d)], w,
                       1e-10 * (1 + std::fabs(w)))
               << name << " row " << r << " dim " << d << ", " << threads << " threads";
         }
       }
     };
-    expect_equal(g.dq, query_rows, c.seqlen_q, c.nheads_q, full.dq, "dq");
-    expect_equal(g.dk, key_rows, c.seqlen_k, c.nheads_kv, full.dk, "dk");
-    expect_equal(g.dv, key_rows, c.seqlen_k, c.nheads_kv, full.dv, "dv");
+    expect_equal(g.dq, query_rows, c.seqlen_q, c.nheads_q, c.head_dim, full.dq, "dq");
+    expect_equal(g.dk, key_rows, c.seqlen_k, c.nheads_kv, c.head_dim, full.dk, "dk");
+    expect_equal(g.dv, key_rows, c.seqlen_k, c.nheads_kv, c.value_dim(), full.dv, "dv");
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cli, SampledReference,
-                         ::testing::Values(Case{"mha", 1, 23, 23, 2, 2, 16, {}},
-                                           Case{"gqa_causal_more_keys", 2, 13, 29, 4, 2, 12, causal()},
-                                           // The first 11 query rows see no key: zero dq, no share in dk/dv.
-                                           Case{"mqa_causal_more_queries", 1, 19, 8, 3, 1, 10, causal()},
-                                           Case{"window_softcap_scale", 1, 21, 17, 2, 1, 9, window_softcap()},
-                                           Case{"strided", 2, 11, 14, 4, 2, 8, causal(), true},
-                                           // Sinks in lse and D; the first 4 query rows keep only theirs.
-                                           Case{"gqa_causal_sinks", 2, 13, 9, 4, 2, 12, causal(), false,
-                                                {0.5f, -1.f, 2.f, 3.f}}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Cli, SampledReference,
+    ::testing::Values(
+        Case{"mha", 1, 23, 23, 2, 2, 16, {}}, Case{"gqa_causal_more_keys", 2, 13, 29, 4, 2, 12, causal()},
+        // The first 11 query rows see no key: zero dq, no share in dk/dv.
+        Case{"mqa_causal_more_queries", 1, 19, 8, 3, 1, 10, causal()},
+        Case{"window_softcap_scale", 1, 21, 17, 2, 1, 9, window_softcap()},
+        Case{"strided", 2, 11, 14, 4, 2, 8, causal(), true},
+        // Sinks in lse and D; the first 4 query rows keep only theirs.
+        Case{"gqa_causal_sinks", 2, 13, 9, 4, 2, 12, causal(), false, {0.5f, -1.f, 2.f, 3.f}},
+        // V head dims of their own, wider and narrower than q's.
+        Case{"gqa_causal_wide_v", 2, 13, 29, 4, 2, 12, causal(), false, {}, 20},
+        Case{"strided_narrow_v_sinks", 2, 11, 14, 4, 2, 16, window_softcap(), true, {1.f, 0.f, -1.f, 2.f}, 6}),
+    [](const auto& info) { return info.param.name; });
 
 // Gradients as a correct bf16 kernel leaves them: the exact ones, rounded.
 class CheckGradients : public ::testing::Test {

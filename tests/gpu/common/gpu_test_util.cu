@@ -453,7 +453,7 @@ BackwardReport compare_backward(const BackwardArgs& args, const GradientReferenc
     r.dsinks_err = max_abs_diff(dsinks, ref.dsinks_ref);
     r.dsinks_max = max_abs(ref.dsinks_ref);
     // The formula on this call's own out and lse, in double (tests give sinks contiguous).
-    const std::int64_t b = args.q.shape[0], sq = args.q.shape[1], h = args.q.shape[2], d = args.q.shape[3];
+    const std::int64_t b = args.q.shape[0], sq = args.q.shape[1], h = args.q.shape[2], d = args.out.shape[3];
     const std::vector<float> out = dense_host(args.out), dout = dense_host(args.dout), lse = dense_host(args.lse);
     std::vector<float> sinks(static_cast<std::size_t>(h));
     EXPECT_EQ(cudaMemcpy(sinks.data(), args.sinks.data, sinks.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);

@@ -57,21 +57,31 @@ struct Case {
   int window_left, window_right;
   float softcap;
   float softmax_scale = 0.f;
+  std::int64_t dv = 0;  // v's head dim; 0: d
+
+  std::int64_t value_dim() const { return dv > 0 ? dv : d; }
 };
 
 // Masks of every kind, rows that see no key (113 queries, 17 keys, causal), GQA and MQA,
-// head dims up to 256 and one no kernel has, softcaps that bend the scores hard and barely.
+// head dims up to 256 and one no kernel has, softcaps that bend the scores hard and barely;
+// V head dims of their own: DeepSeek-V3's (192, 128), (64, 256) and (64, 512) past the
+// q rows' 256, and (40, 24).
 const Case kCases[] = {{1, 1, 2, 2, 64, false, -1, -1, 0},      {17, 113, 4, 2, 128, true, -1, -1, 0},
                        {113, 17, 4, 1, 96, true, -1, -1, 0},    {129, 129, 2, 2, 256, false, 16, 8, 0},
                        {64, 200, 2, 1, 192, false, -1, -1, 30}, {77, 77, 3, 3, 40, true, 20, -1, 5},
-                       {33, 65, 4, 2, 64, false, -1, -1, 0.5f, 0.3f}};
+                       {33, 65, 4, 2, 64, false, -1, -1, 0.5f, 0.3f},
+                       {64, 113, 4, 2, 192, true, -1, -1, 0, 0.f, 128},
+                       {129, 65, 2, 1, 64, false, -1, -1, 0, 0.f, 256},
+                       {33, 77, 2, 2, 64, true, 10, -1, 0, 0.f, 512},
+                       {77, 40, 3, 1, 40, false, 9, 4, 2.f, 0.f, 24}};
 
 Problem problem_of(const Case& c, const TensorView& q, const TensorView& k, const TensorView& v) {
   ForwardArgs args;
   args.q = q;
   args.k = k;
   args.v = v;
-  args.out = q;  // shape only: validation needs one
+  args.out = q;  // shape only: validation needs one, with v's head dim
+  args.out.shape[3] = v.shape[3];
   args.options.causal = c.causal;
   args.options.window_left = c.window_left;
   args.options.window_right = c.causal ? -1 : c.window_right;
@@ -87,13 +97,14 @@ TEST(CudaReference, MatchesFp64Reference) {
   if (!current_device().present) GTEST_SKIP() << "needs a CUDA GPU";
   for (const Case& c : kCases) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
-      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " sq " << c.sq << " sk " << c.sk << " d " << c.d);
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " sq " << c.sq << " sk " << c.sk << " d " << c.d
+                                      << " dv " << c.value_dim());
       PaddedTensor q = make_tensor(dtype, 2, c.sq, c.hq, c.d, 1);
       PaddedTensor k = make_tensor(dtype, 2, c.sk, c.hkv, c.d, 2);
-      PaddedTensor v = make_tensor(dtype, 2, c.sk, c.hkv, c.d, 3);
+      PaddedTensor v = make_tensor(dtype, 2, c.sk, c.hkv, c.value_dim(), 3);
       const Problem p = problem_of(c, q.view, k.view, v.view);
 
-      const std::int64_t n_out = 2 * c.sq * c.hq * c.d, n_lse = 2 * c.hq * c.sq;
+      const std::int64_t n_out = 2 * c.sq * c.hq * c.value_dim(), n_lse = 2 * c.hq * c.sq;
       DeviceBuffer out(static_cast<std::size_t>(n_out) * 4), lse(static_cast<std::size_t>(n_lse) * 4);
       ASSERT_TRUE(reference::cuda_forward(p, q.view, k.view, v.view, nullptr, static_cast<float*>(out.get()),
                                           static_cast<float*>(lse.get()), reference::Precision::kExact, nullptr)
@@ -121,7 +132,7 @@ std::array<std::vector<float>, kGradients> cuda_gradients(const Problem& p, cons
                                                          reference::Precision precision) {
   DeviceBuffer dq(static_cast<std::size_t>(p.batch * p.seqlen_q * p.nheads_q * p.head_dim) * 4);
   DeviceBuffer dk(static_cast<std::size_t>(p.batch * p.seqlen_k * p.nheads_kv * p.head_dim) * 4);
-  DeviceBuffer dv(dk.bytes());
+  DeviceBuffer dv(static_cast<std::size_t>(p.batch * p.seqlen_k * p.nheads_kv * p.head_dim_v) * 4);
   const Status st =
       reference::cuda_backward(p, q, k, v, nullptr, dout, static_cast<float*>(dq.get()), static_cast<float*>(dk.get()),
                                static_cast<float*>(dv.get()), nullptr, precision, nullptr);
@@ -146,12 +157,12 @@ TEST(CudaReference, BackwardMatchesFp64Reference) {
   for (const Case& c : kCases) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " sq " << c.sq << " sk " << c.sk << " heads " << c.hq
-                                      << ":" << c.hkv << " d " << c.d);
+                                      << ":" << c.hkv << " d " << c.d << " dv " << c.value_dim());
       const std::int64_t pad = dtype == DType::kFloat16 ? 8 : 0;
       PaddedTensor q = make_tensor(dtype, 2, c.sq, c.hq, c.d, 1, pad, 3);
       PaddedTensor k = make_tensor(dtype, 2, c.sk, c.hkv, c.d, 2, pad, 3);
-      PaddedTensor v = make_tensor(dtype, 2, c.sk, c.hkv, c.d, 3, pad, 3);
-      PaddedTensor dout = make_tensor(dtype, 2, c.sq, c.hq, c.d, 4, pad, 3);
+      PaddedTensor v = make_tensor(dtype, 2, c.sk, c.hkv, c.value_dim(), 3, pad, 3);
+      PaddedTensor dout = make_tensor(dtype, 2, c.sq, c.hq, c.value_dim(), 4, pad, 3);
       const Problem p = problem_of(c, q.view, k.view, v.view);
       const auto exact = cuda_gradients(p, q.view, k.view, v.view, dout.view, reference::Precision::kExact);
       const auto low = cuda_gradients(p, q.view, k.view, v.view, dout.view, reference::Precision::kLikeInputs);
