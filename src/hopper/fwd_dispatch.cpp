@@ -182,9 +182,12 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
 Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream, const char* kernel) {
   const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype);
   const std::string mask = mask_kind_name(mask_kind(p));
+  const std::string dims = p.head_dim_v == p.head_dim ? "head dim " + std::to_string(p.head_dim)
+                                                      : "head dims (q/k, v) (" + std::to_string(p.head_dim) + ", " +
+                                                            std::to_string(p.head_dim_v) + ")";
   if (candidates.empty()) {
-    return {StatusCode::kNotSupported, std::string("no forward kernel was built for dtype ") + dtype_name(a.q.dtype) +
-                                           ", head dim " + std::to_string(p.head_dim) + ", mask " + mask};
+    return {StatusCode::kNotSupported,
+            std::string("no forward kernel was built for dtype ") + dtype_name(a.q.dtype) + ", " + dims + ", mask " + mask};
   }
   const FwdKernelEntry* chosen = candidates.front();
   if (kernel != nullptr) {
@@ -193,8 +196,8 @@ Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStre
       std::string names;
       for (const FwdKernelEntry* k : candidates) names += (names.empty() ? "" : ", ") + k->name();
       return {StatusCode::kInvalidArgument, std::string("no forward kernel '") + kernel + "' for dtype " +
-                                                dtype_name(a.q.dtype) + ", head dim " + std::to_string(p.head_dim) +
-                                                ", mask " + mask + " (built: " + names + ")"};
+                                                dtype_name(a.q.dtype) + ", " + dims + ", mask " + mask +
+                                                " (built: " + names + ")"};
     }
     chosen = *it;
   }
