@@ -40,11 +40,12 @@ ValidationTarget gpu_target() {
   t.space = ValidationTarget::Space::kDevice;
   t.dtypes = hopper::fwd_dtypes();
   t.head_dims = hopper::fwd_head_dims();
-  // Windows, the softcap and sinks run on the general kernels (hopper/mask_kind.h); a
-  // build without them says so when the call is dispatched.
+  // Windows, chunks, the softcap and sinks run on the general kernels
+  // (hopper/mask_kind.h); a build without them says so when the call is dispatched.
   t.supports_window = true;
   t.supports_softcap = true;
   t.supports_sinks = true;
+  t.supports_chunk = true;
   t.locate = locate_pointer;
   return t;
 }

@@ -234,8 +234,8 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BwdAccuracy);
 INSTANTIATE_TEST_SUITE_P(Built, BwdAccuracy, ::testing::ValuesIn(built_kernels()),
                          [](const ::testing::TestParamInfo<Kernel>& info) { return info.param.name(); });
 
-// The general kernels (windows, softcap) for every case of general_cases() over the
-// shape list; then, per case on one shape, deterministic mode bitwise the same over
+// The general kernels (windows, chunks, softcap) for every case of general_cases() over
+// the shape list; then, per case on one shape, deterministic mode bitwise the same over
 // 100 repeats.
 struct GeneralKernel {
   DType dtype;

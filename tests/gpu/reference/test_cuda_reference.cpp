@@ -57,14 +57,23 @@ struct Case {
   int window_left, window_right;
   float softcap;
   float softmax_scale = 0.f;
+  int chunk = 0;
 };
 
 // Masks of every kind, rows that see no key (113 queries, 17 keys, causal), GQA and MQA,
-// head dims up to 256 and one no kernel has, softcaps that bend the scores hard and barely.
-const Case kCases[] = {{1, 1, 2, 2, 64, false, -1, -1, 0},      {17, 113, 4, 2, 128, true, -1, -1, 0},
-                       {113, 17, 4, 1, 96, true, -1, -1, 0},    {129, 129, 2, 2, 256, false, 16, 8, 0},
-                       {64, 200, 2, 1, 192, false, -1, -1, 30}, {77, 77, 3, 3, 40, true, 20, -1, 5},
-                       {33, 65, 4, 2, 64, false, -1, -1, 0.5f, 0.3f}};
+// head dims up to 256 and one no kernel has, softcaps that bend the scores hard and barely;
+// chunks alone, causal with more queries than keys (the first queries' chunks hold no
+// key), and under a window that crosses chunk edges.
+const Case kCases[] = {{1, 1, 2, 2, 64, false, -1, -1, 0},
+                       {17, 113, 4, 2, 128, true, -1, -1, 0},
+                       {113, 17, 4, 1, 96, true, -1, -1, 0},
+                       {129, 129, 2, 2, 256, false, 16, 8, 0},
+                       {64, 200, 2, 1, 192, false, -1, -1, 30},
+                       {77, 77, 3, 3, 40, true, 20, -1, 5},
+                       {33, 65, 4, 2, 64, false, -1, -1, 0.5f, 0.3f},
+                       {70, 70, 2, 2, 64, false, -1, -1, 0, 0.f, 7},
+                       {113, 90, 4, 2, 128, true, -1, -1, 0, 0.f, 16},
+                       {90, 130, 2, 1, 64, false, 20, 5, 0, 0.f, 32}};
 
 Problem problem_of(const Case& c, const TensorView& q, const TensorView& k, const TensorView& v) {
   ForwardArgs args;
@@ -77,6 +86,7 @@ Problem problem_of(const Case& c, const TensorView& q, const TensorView& k, cons
   args.options.window_right = c.causal ? -1 : c.window_right;
   args.options.softcap = c.softcap;
   args.options.softmax_scale = c.softmax_scale;
+  args.options.attention_chunk = c.chunk;
   Problem p;
   const Status st = validate_forward(args, cpu_target(), &p);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
