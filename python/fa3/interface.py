@@ -83,7 +83,7 @@ def flash_attn_func(
     the keys of its own chunk of C positions, j // C == (i + seqlen_k - seqlen_q) // C.
 
     Not supported yet (NotImplementedError): qv, q/k/v_descale, num_splits > 1,
-    pack_gqa=True, sm_margin != 0; on CUDA tensors also attention_chunk != 0.
+    pack_gqa=True, sm_margin != 0.
     """
     _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin)
     chunk = _checks.attention_chunk_arg(attention_chunk)

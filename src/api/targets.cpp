@@ -40,11 +40,12 @@ ValidationTarget gpu_target() {
   t.space = ValidationTarget::Space::kDevice;
   t.dtypes = hopper::fwd_dtypes();
   t.head_dims = hopper::fwd_head_dims();
-  // Windows, the softcap and sinks run on the general kernels (hopper/mask_kind.h); a
-  // build without them says so when the call is dispatched.
+  // Windows, chunks, the softcap and sinks run on the general kernels
+  // (hopper/mask_kind.h); a build without them says so when the call is dispatched.
   t.supports_window = true;
   t.supports_softcap = true;
   t.supports_sinks = true;
+  t.supports_chunk = true;
   // The one switch of a separate V head dim on the GPU, for both passes (the backward's
   // target starts from this one): off until the kernels take v, out, dout and dv at a head
   // dim of their own. Then set it, with max_head_dim_v, the largest they take.

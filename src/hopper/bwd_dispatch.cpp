@@ -97,9 +97,7 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
   b.softmax_scale = p.softmax_scale;
   b.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
   b.softcap = p.softcap;
-  // As in the forward: wider windows than the sequences see the same keys.
-  b.window_left = static_cast<int>(std::min(p.window_left, p.seqlen_k));
-  b.window_right = static_cast<int>(std::min(p.window_right, p.seqlen_q));
+  set_mask_params(p, &b);
   b.deterministic = a.deterministic;
   b.workspace = a.workspace;
   b.layout = bwd_workspace(p, a.deterministic);

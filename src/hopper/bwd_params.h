@@ -43,9 +43,12 @@ struct BwdParams {
   float softmax_scale = 0.f;
   float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e)
   float softcap = 0.f;             // 0: off
-  // The mask window as FwdParams has it (general kernels only).
+  // The mask window and chunk as FwdParams has them (general kernels only).
   int window_left = -1;
   int window_right = -1;
+  int chunk = 0;
+  std::uint32_t chunk_mul = 0;
+  int chunk_shift = 0;
   bool deterministic = false;
 
   void* workspace = nullptr;  // laid out as `layout` says

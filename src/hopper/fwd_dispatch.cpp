@@ -172,9 +172,7 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   f.softmax_scale = p.softmax_scale;
   f.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
   f.softcap = p.softcap;
-  // Wider windows than the sequences see the same keys as these (and fit in an int).
-  f.window_left = static_cast<int>(std::min(p.window_left, p.seqlen_k));
-  f.window_right = static_cast<int>(std::min(p.window_right, p.seqlen_q));
+  set_mask_params(p, &f);
   f.num_sms = num_sms;
   return f;
 }

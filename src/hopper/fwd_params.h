@@ -33,10 +33,18 @@ struct FwdParams {
   float softmax_scale = 0.f;
   float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e): the kernels use exp2
   float softcap = 0.f;
-  // Resolved mask window (query i sees keys i + sk - sq - left ... i + sk - sq + right);
-  // a negative side is unbounded.
+  // Resolved mask window (query i sees keys i + sk - sq - left ... i + sk - sq + right),
+  // as set_mask_params (hopper/mask_kind.h) sets it: an unbounded side as the sequence's
+  // length.
   int window_left = -1;
   int window_right = -1;
+  // attention_chunk (0: none): query i sees only the keys of its own chunk of `chunk`
+  // positions. floor(pos / chunk) = umulhi(pos, chunk_mul) >> chunk_shift for positions in
+  // [0, 2^31), so that the kernels divide without a division; set_mask_params sets these
+  // too.
+  int chunk = 0;
+  std::uint32_t chunk_mul = 0;
+  int chunk_shift = 0;
 
   int num_sms = 0;  // persistent grid size upper bound
 };

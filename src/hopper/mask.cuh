@@ -5,7 +5,8 @@
 // Columns past the sequence end are always masked: their keys are TMA's zero fill, and
 // a zero score is not "no score". Rows past the sequence end need no key block.
 // Policies are built from any parameter struct with seqlen_q and seqlen_k (the
-// forward's and the backward's); the general one also reads the window and softcap.
+// forward's and the backward's); the general one also reads the window, the chunk and
+// the softcap.
 //
 // Plain and causal calls have policies of their own, whose first visible key is
 // always 0 at compile time, so their kernels carry none of the general one's work.
@@ -113,43 +114,106 @@ struct CausalMask {
   }
 };
 
-// Any window and softcap: row i sees keys [i + sk - sq - left, i + sk - sq + right]
-// within the sequence (a negative side is unbounded; causal is right = 0), and scores
-// pass through the softcap first when it is on. The bounds are clamped where they stop
-// mattering (left to sk, right to sq), so that no sum below overflows an int.
+// Any window, chunk and softcap: row i sees keys [i + sk - sq - left, i + sk - sq + right]
+// within the sequence (causal is right = 0), with a chunk only those of its own chunk,
+// [c, c + chunk) for the multiple c of chunk at or below i + sk - sq, and scores pass
+// through the softcap first when it is on. Both bounds of a row never decrease with the
+// row, so a range of rows needs the keys from its first row's first to its last row's
+// last. set_mask_params (hopper/mask_kind.h) gives an unbounded side as the sequence
+// length, which bounds no row of the sequence, so that no bound needs a test of its own;
+// and it clamps both sides and the chunk where they stop mattering (left and chunk to
+// sk, right to sq), so that no sum below overflows an int.
 struct GeneralMask {
   static constexpr bool kCausal = false;
   static constexpr bool kGeneral = true;
   int seqlen_q;
   int seqlen_k;
-  int left;   // -1: unbounded
-  int right;  // -1: unbounded
+  int left;
+  int right;
+  int chunk;  // 0: none
+  std::uint32_t chunk_mul;
+  int chunk_shift;
   Softcap softcap;
 
   template <class Params>
   __host__ __device__ explicit GeneralMask(const Params& p)
       : seqlen_q(p.seqlen_q),
         seqlen_k(p.seqlen_k),
-        left(p.window_left < 0 ? -1 : (p.window_left < p.seqlen_k ? p.window_left : p.seqlen_k)),
-        right(p.window_right < 0 ? -1 : (p.window_right < p.seqlen_q ? p.window_right : p.seqlen_q)),
+        left(p.window_left),
+        right(p.window_right),
+        chunk(p.chunk),
+        chunk_mul(p.chunk_mul),
+        chunk_shift(p.chunk_shift),
         softcap(p.softcap, p.softmax_scale) {}
 
   __host__ __device__ int diag() const { return seqlen_k - seqlen_q; }
+
+  // The first key of the chunk holding key `key` (from 0), by the multiplier and shift
+  // of FwdParams::chunk_mul.
+  __host__ __device__ int key_chunk_start(int key) const {
+    const std::uint64_t product = std::uint64_t{static_cast<std::uint32_t>(key)} * chunk_mul;
+    return static_cast<int>(static_cast<std::uint32_t>(product >> 32) >> chunk_shift) * chunk;
+  }
+  // The same for a row's position `pos` (query i sits at i + diag()), which may lie
+  // before key 0: such a row sees no key whatever its chunk, and is given the chunk
+  // [-chunk, 0), which holds none (pos >> 31 is -1 there, 0 from 0), so that only
+  // positions from 0 are divided, and without a branch.
+  __host__ __device__ int chunk_start(int pos) const {
+    const std::uint64_t product = std::uint64_t{static_cast<std::uint32_t>(pos > 0 ? pos : 0)} * chunk_mul;
+    return (static_cast<int>(static_cast<std::uint32_t>(product >> 32) >> chunk_shift) + (pos >> 31)) * chunk;
+  }
+  // Row `row` sees keys [visible_begin(row), visible_end(row)); the first may be
+  // negative, and the range empty.
+  __host__ __device__ int visible_begin(int row) const {
+    int begin = row + diag() - left;
+    if (chunk > 0) {
+      const int first = chunk_start(row + diag());
+      begin = first > begin ? first : begin;
+    }
+    return begin;
+  }
+  __host__ __device__ int visible_end(int row) const {
+    int end = row + diag() + right + 1;
+    if (chunk > 0) {
+      const int last = chunk_start(row + diag()) + chunk;
+      end = last < end ? last : end;
+    }
+    return end < seqlen_k ? end : seqlen_k;
+  }
+  // The same pairs key by key: rows [seen_begin(key), seen_end(key)) see key `key` (from
+  // 0; none past the sequence end, where visible_end stops). The rows are not cut at
+  // the sequence's ends, as the keys are not cut at its first above, so that both name
+  // the same pairs for the rows past the end that a last query block holds too.
+  __host__ __device__ int seen_begin(int key) const {
+    int begin = key - diag() - right;
+    if (chunk > 0) {
+      const int first = key_chunk_start(key) - diag();
+      begin = first > begin ? first : begin;
+    }
+    return begin;
+  }
+  __host__ __device__ int seen_end(int key) const {
+    if (key >= seqlen_k) return 0;
+    int end = key - diag() + left + 1;
+    if (chunk > 0) {
+      const int last = key_chunk_start(key) + chunk - diag();
+      end = last < end ? last : end;
+    }
+    return end;
+  }
 
   // Key blocks [.., n) that query rows [row_begin, row_end) need: up to the last row's
   // last key.
   template <int kBlockN>
   __host__ __device__ int key_blocks(int row_begin, int row_end) const {
     if (row_begin >= seqlen_q) return 0;
-    const int last_key_end = right < 0 ? seqlen_k : row_end + diag() + right;
-    const int end = last_key_end < seqlen_k ? last_key_end : seqlen_k;
+    const int end = visible_end(row_end - 1);
     return end <= 0 ? 0 : (end + kBlockN - 1) / kBlockN;
   }
   // The first key block that rows from row_begin need: the first row's first key's.
   template <int kBlockN>
   __host__ __device__ int first_key_block(int row_begin) const {
-    if (left < 0) return 0;
-    const int first = row_begin + diag() - left;
+    const int first = visible_begin(row_begin);
     return first <= 0 ? 0 : first / kBlockN;
   }
   template <int kBlockM, int kBlockN>
@@ -160,36 +224,37 @@ struct GeneralMask {
   __host__ __device__ int n_block_begin(int m_block) const {
     return first_key_block<kBlockN>(m_block * kBlockM);
   }
+  // Whether some key of the tile is hidden from some row: one past the first row's last
+  // key (or the sequence end), or before the last row's first. Only tiles on a window's
+  // edge or across a chunk's take element-wise masking.
   template <int kBlockM, int kBlockN>
   __host__ __device__ bool needs_mask(int m_block, int n_block) const {
     const int row0 = m_block * kBlockM;
-    // Past the sequence end; past the first row's last key; before the last row's first.
-    return (n_block + 1) * kBlockN > seqlen_k || (right >= 0 && (n_block + 1) * kBlockN - 1 > row0 + diag() + right) ||
-           (left >= 0 && n_block * kBlockN < row0 + kBlockM - 1 + diag() - left);
+    return (n_block + 1) * kBlockN > visible_end(row0) || n_block * kBlockN < visible_begin(row0 + kBlockM - 1);
   }
-  // Query blocks [*begin, end) that see key block n_block: from the first row whose
-  // last key reaches the block's first, to the last row whose first key is at or
-  // before the block's last.
+  // Query blocks [*begin, end) that see key block n_block, keys [lo, hi]: from the first
+  // row whose last key reaches lo (at or after lo - right; with a chunk, in lo's chunk or
+  // a later one), to the last row whose first key is at or before hi (at or before
+  // hi + left; in hi's chunk or an earlier one). hi is not cut at the sequence end: rows
+  // that only keys past it would bring in do not exist, and so the forward's key ranges
+  // and these name the same tiles.
   template <int kBlockM, int kBlockN>
   __host__ __device__ int query_blocks(int n_block, int* begin) const {
     const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
-    if (right < 0) {
-      *begin = 0;
-    } else {
-      const int first_row = n_block * kBlockN - diag() - right;
-      *begin = first_row <= 0 ? 0 : first_row / kBlockM;
+    const int lo = n_block * kBlockN;
+    const int hi = lo + kBlockN - 1;
+    int first_row = lo - diag() - right;
+    int last_row = hi - diag() + left;
+    if (chunk > 0) {
+      const int chunk_first = key_chunk_start(lo) - diag();
+      const int chunk_last = key_chunk_start(hi) + chunk - 1 - diag();
+      first_row = chunk_first > first_row ? chunk_first : first_row;
+      last_row = chunk_last < last_row ? chunk_last : last_row;
     }
-    if (left < 0) return m_blocks;
-    const int last_row = (n_block + 1) * kBlockN - 1 - diag() + left;
+    *begin = first_row <= 0 ? 0 : first_row / kBlockM;
     if (last_row < 0) return *begin;  // no row sees it: an empty range
     const int end = last_row / kBlockM + 1;
     return end < m_blocks ? end : m_blocks;
-  }
-  __host__ __device__ int visible_begin(int row) const { return left < 0 ? 0 : row + diag() - left; }
-  __host__ __device__ int visible_end(int row) const {
-    if (right < 0) return seqlen_k;
-    const int end = row + diag() + right + 1;
-    return end < seqlen_k ? end : seqlen_k;
   }
 };
 
@@ -249,22 +314,41 @@ __device__ __forceinline__ void apply_mask(const Mask& mask, TensorS& s, const T
 }
 
 // apply_mask for a transposed score fragment (the backward's Sᵀ: rows are keys, columns
-// query rows), element by element: a column's bound is its own, so the row-wise bit
-// mask does not apply. Only the blocks on a window's edge (a causal diagonal) or at
-// the sequence end take this path.
+// query rows). Only the blocks on a window's or chunk's edge (a causal diagonal) or at
+// the sequence end take this path. The general mask goes key by key: the rows that see
+// a key are a range of them too (GeneralMask::seen_begin), so each of the thread's few
+// keys gets apply_mask's column bits, where bounds for each of its many query rows would
+// cost a chunk's division apiece. The others go element by element, each column
+// (query row) with its own bound.
 template <class Mask, class TensorS, class TensorC>
 __device__ __forceinline__ void apply_mask_transposed(const Mask& mask, TensorS& s, const TensorC& coord, int key0,
                                                       int row0) {
-  CUTE_UNROLL
-  for (int c = 0; c < cute::size<1>(s); ++c) {
-    const int row = row0 + cute::get<1>(coord(0, c));
-    const int end = mask.visible_end(row) - key0;
-    int begin = 0;
-    if constexpr (Mask::kGeneral) begin = mask.visible_begin(row) - key0;
+  if constexpr (Mask::kGeneral) {
+    constexpr int kCols = decltype(cute::size<1>(s))::value;
+    static_assert(kCols % 2 == 0 && kCols <= 64);
+    using Bits = std::conditional_t<(kCols > 32), std::uint64_t, std::uint32_t>;
+    const int first_row = row0 + cute::get<1>(coord(0, 0));
     CUTE_UNROLL
     for (int r = 0; r < cute::size<0>(s); ++r) {
-      const int key = cute::get<0>(coord(r, c));
-      if (key >= end || key < begin) s(r, c) = -INFINITY;
+      const int key = key0 + cute::get<0>(coord(r, 0));
+      const Bits keep = visible_columns<Bits, kCols / 2>(mask.seen_end(key) - first_row) &
+                        ~visible_columns<Bits, kCols / 2>(mask.seen_begin(key) - first_row);
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        if (!((keep >> c) & 1)) s(r, c) = -INFINITY;
+      }
+    }
+  } else {
+    CUTE_UNROLL
+    for (int c = 0; c < cute::size<1>(s); ++c) {
+      const int row = row0 + cute::get<1>(coord(0, c));
+      const int end = mask.visible_end(row) - key0;
+      const int begin = 0;  // a plain or causal row's first key
+      CUTE_UNROLL
+      for (int r = 0; r < cute::size<0>(s); ++r) {
+        const int key = cute::get<0>(coord(r, c));
+        if (key >= end || key < begin) s(r, c) = -INFINITY;
+      }
     }
   }
 }

@@ -30,23 +30,37 @@ struct Dims {
   int batch, seqlen_q, seqlen_k, nheads_q, nheads_kv, head_dim, head_dim_v;
   float scale, softcap;
   long long window_left, window_right;
+  long long chunk;  // 0: none
   bool round_like_inputs;
 
   // Query i sees keys [first_key(i), last_key(i)] and key j is seen by queries
   // [first_query(j), last_query(j)] (empty when first > last); the diagonal is aligned
-  // to the bottom-right corner, as in Problem::first_key / last_key.
+  // to the bottom-right corner, as in Problem::first_key / last_key. With a chunk, query
+  // i and key j see each other only when j and i's position i + diag() share a chunk.
   __device__ long long diag() const { return static_cast<long long>(seqlen_k) - seqlen_q; }
+  // The first position of the chunk holding `pos`, rounding down also before key 0.
+  __device__ long long chunk_start(long long pos) const {
+    return (pos >= 0 ? pos / chunk : -((-pos + chunk - 1) / chunk)) * chunk;
+  }
   __device__ int first_key(int i) const {
-    return window_left < 0 ? 0 : static_cast<int>(max(0LL, i + diag() - window_left));
+    long long first = window_left < 0 ? 0 : max(0LL, i + diag() - window_left);
+    if (chunk > 0) first = max(first, chunk_start(i + diag()));
+    return static_cast<int>(first);
   }
   __device__ int last_key(int i) const {
-    return window_right < 0 ? seqlen_k - 1 : static_cast<int>(min(seqlen_k - 1LL, i + diag() + window_right));
+    long long last = window_right < 0 ? seqlen_k - 1LL : min(seqlen_k - 1LL, i + diag() + window_right);
+    if (chunk > 0) last = min(last, chunk_start(i + diag()) + chunk - 1);
+    return static_cast<int>(last);
   }
   __device__ int first_query(int j) const {
-    return window_right < 0 ? 0 : static_cast<int>(max(0LL, j - diag() - window_right));
+    long long first = window_right < 0 ? 0 : max(0LL, j - diag() - window_right);
+    if (chunk > 0) first = max(first, chunk_start(j) - diag());
+    return static_cast<int>(first);
   }
   __device__ int last_query(int j) const {
-    return window_left < 0 ? seqlen_q - 1 : static_cast<int>(min(seqlen_q - 1LL, j - diag() + window_left));
+    long long last = window_left < 0 ? seqlen_q - 1LL : min(seqlen_q - 1LL, j - diag() + window_left);
+    if (chunk > 0) last = min(last, chunk_start(j) + chunk - 1 - diag());
+    return static_cast<int>(last);
   }
   __device__ int group() const { return nheads_q / nheads_kv; }
 
@@ -81,6 +95,7 @@ Dims make_dims(const Problem& p, Precision precision) {
           p.softcap,
           p.window_left,
           p.window_right,
+          p.chunk,
           precision == Precision::kLikeInputs};
 }
 
@@ -365,8 +380,6 @@ Status check_supported(const Problem& p, DType dtype) {
   if (dtype != DType::kBFloat16 && dtype != DType::kFloat16 && dtype != DType::kFloat32) {
     return {StatusCode::kNotSupported, "CUDA reference: unsupported dtype"};
   }
-  // Its masks are windows only; chunked attention is the CPU references' so far.
-  if (p.chunk > 0) return {StatusCode::kNotSupported, "CUDA reference: attention_chunk"};
   return Status::ok();
 }
 

@@ -255,11 +255,56 @@ def test_sinks(head_dim, options):
         fa3.flash_attn_func(q, k, v, sinks=sinks.cpu())
 
 
-def test_attention_chunk_is_refused_by_name():
-    """The GPU kernels do not take chunks yet (the CPU path does): refused, naming it."""
-    q, k, v = make_qkv(1, 64, 64, 2, 2, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
-    with pytest.raises(NotImplementedError, match="attention_chunk"):
-        fa3.flash_attn_func(q, k, v, attention_chunk=16)
+# Chunked attention (attention_chunk) on the general kernels: alone, causal, and under a
+# window that crosses chunk edges; chunks of whole blocks, of fewer keys than a block
+# (48) and of a number that is not a multiple of one (200). With more queries than keys
+# the first queries' chunks hold no key: their out and dq are 0 and their lse -inf.
+CHUNK_CASES = [
+    ((400, 300), {"attention_chunk": 128}),
+    ((400, 300), {"attention_chunk": 200, "causal": True}),
+    ((300, 400), {"attention_chunk": 48, "causal": True}),
+    ((300, 400), {"attention_chunk": 200, "window_size": (100, 37)}),
+    ((1000, 1000), {"attention_chunk": 48}),
+]
+CHUNK_IDS = ["chunk-128", "chunk-200-causal", "chunk-48-causal", "chunk-200-window", "chunk-48-square"]
+
+
+@pytest.mark.parametrize("head_dim", BUILT_HEAD_DIMS)
+@pytest.mark.parametrize("seqlens, options", CHUNK_CASES, ids=CHUNK_IDS)
+def test_attention_chunk(head_dim, seqlens, options):
+    q, k, v = make_qkv(2, *seqlens, 4, 2, head_dim, BUILT_DTYPES[0], seed=21)
+    mask = reference_mask(options.get("causal", False), options.get("window_size", (-1, -1)), 0.0)
+    mask["chunk"] = options["attention_chunk"]
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out, lse = fa3.flash_attn_func(*leaves, return_attn_probs=True, **options)
+    ref_out, ref_lse = reference(q, k, v, dtype=torch.float32, **mask)
+    low_out, low_lse = reference(q, k, v, dtype=q.dtype, **mask)
+    check_close("out", out, ref_out, low_out, abs_cap=ABS_CAP[q.dtype])
+    check_close("lse", lse, ref_lse, low_lse)
+    dout = make_dout(q)
+    out.backward(dout)
+    ref = reference_grads(q, k, v, dout, dtype=torch.float32, **mask)
+    low = reference_grads(q, k, v, dout, dtype=q.dtype, **mask)
+    for name, leaf, r, lo in zip(("dq", "dk", "dv"), leaves, ref, low):
+        check_close(name, leaf.grad, r, lo, factor=3.0)
+    blind = seqlens[0] - seqlens[1]  # queries before key 0
+    if blind > 0:
+        assert torch.all(out[:, :blind] == 0) and torch.all(leaves[0].grad[:, :blind] == 0)
+        assert torch.all(lse[:, :, :blind] == float("-inf"))
+
+
+def test_attention_chunk_deterministic_backward():
+    """deterministic=True under chunks: the same gradients bit for bit."""
+    q, k, v = make_qkv(2, 700, 600, 8, 2, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
+    dout = make_dout(q)
+    runs = []
+    for _ in range(3):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        fa3.flash_attn_func(*leaves, causal=True, attention_chunk=200, deterministic=True).backward(dout)
+        runs.append([t.grad for t in leaves])
+    for later in runs[1:]:
+        for name, g, f in zip(("dq", "dk", "dv"), later, runs[0]):
+            assert torch.equal(g, f), name
 
 
 def test_mixed_devices_are_refused():

@@ -65,7 +65,7 @@ attention:
   --window L,R       sliding window: query i sees keys i-L .. i+R (-1: unbounded)
   --softcap X        scores become X * tanh(scores / X) (default 0: off)
   --chunk N          chunked attention: query i sees only keys of its own chunk of N
-                     positions (Llama 4's attention_chunk); the CPU path only so far
+                     positions (Llama 4's attention_chunk)
   --scale X          softmax scale (default 0: 1/sqrt(--head-dim))
   --sinks X[,X...]   attention sinks: one logit for every head, or one per head
                      (--nheads values), in each row's softmax denominator; lse

@@ -291,8 +291,6 @@ TEST(ValidateForward, CpuTargetResolvesWindowAndSoftcap) {
   a.options.attention_chunk = 64;
   ASSERT_TRUE(validate_forward(a, cpu_target(), &p).is_ok());
   EXPECT_EQ(p.chunk, 64);
-  // The GPU kernels do not take chunks yet: their targets refuse them by name.
-  EXPECT_FALSE(gpu_target().supports_chunk);
 }
 
 TEST(ValidateForward, CpuTargetAcceptsEveryHostDtypeAndHeadDim) {
@@ -345,6 +343,13 @@ TEST(Targets, GpuTargetMatchesTheBuild) {
   const BuildInfo& build = build_info();
   EXPECT_EQ(t.space, ValidationTarget::Space::kDevice);
   EXPECT_TRUE(static_cast<bool>(t.locate));
+  // Every mask and score option runs on the general kernels, in both directions.
+  for (const ValidationTarget& target : {t, gpu_backward_target()}) {
+    EXPECT_TRUE(target.supports_window);
+    EXPECT_TRUE(target.supports_softcap);
+    EXPECT_TRUE(target.supports_sinks);
+    EXPECT_TRUE(target.supports_chunk);
+  }
   std::vector<std::string> names;
   for (DType d : t.dtypes) names.push_back(dtype_name(d));
   std::vector<std::string> built = build.dtypes;
@@ -367,6 +372,7 @@ TEST(Targets, CpuTargetIsHostWithEveryFeature) {
   EXPECT_TRUE(t.supports_window);
   EXPECT_TRUE(t.supports_softcap);
   EXPECT_TRUE(t.supports_sinks);
+  EXPECT_TRUE(t.supports_chunk);
   EXPECT_FALSE(static_cast<bool>(t.locate));
 }
 

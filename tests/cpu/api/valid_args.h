@@ -161,8 +161,8 @@ class ValidArgs {
 };
 
 // A GPU-like target that runs on any machine: the GPU's dtypes and head dims, no
-// window, softcap or sinks, and a pointer check that accepts everything unless told which
-// pointer to refuse and how to describe it.
+// window, softcap, sinks or chunks, and a pointer check that accepts everything unless
+// told which pointer to refuse and how to describe it.
 inline ValidationTarget device_like_target(const void* refused = nullptr, std::string where = "host memory") {
   ValidationTarget t;
   t.space = ValidationTarget::Space::kDevice;

@@ -4,12 +4,13 @@
 // column), the key blocks a range of query rows needs (too few would drop keys, too
 // many would leave a warpgroup computing blocks it could skip), and the query blocks
 // the backward's tile of a key block walks (too late a start drops gradients). The
-// general policy (windows) is checked pair by pair against Problem::visible, the
+// general policy (windows, chunks) is checked pair by pair against Problem::visible, the
 // definition the references use.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "api/problem.h"
 #include "hopper/fwd_params.h"
@@ -114,24 +115,25 @@ TEST(MaskQueryBlocks, MatchDefinitionForKeyBlocks) {
   expect_query_blocks_match_definition<64, 80, NoMask>();
 }
 
-// The general policy for one window, against Problem::visible: every block range covers
-// each visible (row, key) pair and starts and ends at a block holding one; a tile left
-// unmasked has every pair visible; each row's visible range is exact; and the forward's
-// key ranges and the backward's query ranges name the same (query block, key block)
-// pairs, which deterministic dQ turns count on.
+// The general policy for one window and chunk, with the parameters the dispatcher
+// gives the kernels, against Problem::visible: every block range covers each visible
+// (row, key) pair and starts and ends at a block holding one; a tile left unmasked has
+// every pair visible; each row's visible range is exact, and each key's range of rows
+// names the same pairs; and the forward's key ranges and the backward's query ranges
+// name the same (query block, key block) pairs, which deterministic dQ turns count on.
 template <int kBlockM, int kBlockN>
-void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int right) {
+void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int right, int chunk = 0) {
   Problem pr;
   pr.seqlen_q = seqlen_q;
   pr.seqlen_k = seqlen_k;
   pr.window_left = left;
   pr.window_right = right;
+  pr.chunk = chunk;
   FwdParams p{};
   p.seqlen_q = seqlen_q;
   p.seqlen_k = seqlen_k;
-  p.window_left = left;
-  p.window_right = right;
   p.softmax_scale = 0.125f;
+  set_mask_params(pr, &p);
   const GeneralMask mask(p);
   const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
   const int n_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
@@ -160,11 +162,20 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
     }
   };
   SCOPED_TRACE(testing::Message() << "sq " << seqlen_q << " sk " << seqlen_k << " window (" << left << ", " << right
-                                  << ") blocks " << kBlockM << "x" << kBlockN);
+                                  << ") chunk " << chunk << " blocks " << kBlockM << "x" << kBlockN);
   for (int i = 0; i < seqlen_q; ++i) {
     if (pr.first_key(i) > pr.last_key(i)) continue;  // a row without keys: its bounds cross
     ASSERT_EQ(std::max(mask.visible_begin(i), 0), pr.first_key(i)) << "row " << i;
     ASSERT_EQ(mask.visible_end(i), pr.last_key(i) + 1) << "row " << i;
+  }
+  // Key by key (the backward's transposed tiles) the same pairs as row by row, also for
+  // the rows and keys past the sequences' ends that the last blocks hold.
+  for (int j = 0; j < n_blocks * kBlockN; ++j) {
+    for (int i = 0; i < m_blocks * kBlockM; ++i) {
+      const bool by_row = mask.visible_begin(i) <= j && j < mask.visible_end(i);
+      const bool by_key = mask.seen_begin(j) <= i && i < mask.seen_end(j);
+      ASSERT_EQ(by_key, by_row) << "row " << i << ", key " << j;
+    }
   }
   for (int m = 0; m < m_blocks; ++m) {
     const int begin = mask.n_block_begin<kBlockM, kBlockN>(m);
@@ -205,8 +216,126 @@ TEST(GeneralMask, MatchesDefinitionForWindows) {
   }
 }
 
+// Chunks alone, causal and under windows (one crossing chunk edges, the diagonal only):
+// shorter than a block (48), longer but not a multiple of one (200), a block (128), one
+// key (the diagonal, as a window), odd (7), and longer than the keys; with more queries
+// than keys, the first queries' chunks hold no key.
+TEST(GeneralMask, MatchesDefinitionForChunks) {
+  const int lens[][2] = {{1, 1},     {3, 17},    {17, 3},   {127, 129}, {239, 799},
+                         {799, 239}, {600, 600}, {1025, 1}, {1, 1025}};
+  const int windows[][2] = {{-1, -1}, {-1, 0}, {100, 37}, {0, 0}, {130, 0}};
+  for (const auto& len : lens) {
+    for (const auto& w : windows) {
+      for (int chunk : {48, 200, 128, 1, 7, 5000}) {
+        expect_general_matches_definition<128, 128>(len[0], len[1], w[0], w[1], chunk);
+        expect_general_matches_definition<64, 128>(len[0], len[1], w[0], w[1], chunk);
+        expect_general_matches_definition<64, 80>(len[0], len[1], w[0], w[1], chunk);
+        expect_general_matches_definition<192, 128>(len[0], len[1], w[0], w[1], chunk);
+      }
+    }
+  }
+}
+
+// Chunks of whole tiles: a query block visits the two key blocks of its chunk, and no
+// tile needs element-wise masking; the same for the backward's query blocks.
+TEST(GeneralMask, MasksNoTileInsideOneChunk) {
+  Problem pr;
+  pr.seqlen_q = 1024;
+  pr.seqlen_k = 1024;
+  pr.chunk = 256;
+  FwdParams p{};
+  p.seqlen_q = 1024;
+  p.seqlen_k = 1024;
+  set_mask_params(pr, &p);
+  const GeneralMask mask(p);
+  for (int b = 0; b < 8; ++b) {
+    EXPECT_EQ((mask.n_block_begin<128, 128>(b)), b / 2 * 2);
+    EXPECT_EQ((mask.n_block_end<128, 128>(b)), b / 2 * 2 + 2);
+    int begin = -1;
+    EXPECT_EQ((mask.query_blocks<128, 128>(b, &begin)), b / 2 * 2 + 2);
+    EXPECT_EQ(begin, b / 2 * 2);
+    for (int n = b / 2 * 2; n < b / 2 * 2 + 2; ++n) EXPECT_FALSE((mask.needs_mask<128, 128>(b, n))) << b << ", " << n;
+  }
+}
+
+// The kernels divide positions by the chunk with a multiply and a shift
+// (set_mask_params): exact for every position from 0 to 2^31 - 1, checked at the edges
+// of chunks and of the range for short and long chunks; positions before key 0 fall in
+// the chunk [-chunk, 0), which holds no key.
+TEST(GeneralMask, ChunkStartDividesExactly) {
+  const int big = 2147483647;
+  std::vector<int> chunks;
+  for (int c = 2; c <= 300; ++c) chunks.push_back(c);
+  for (int c : {1000, 4096, 8191, 8192, 8193, 65537, 1 << 20, (1 << 30) - 1, 1 << 30, (1 << 30) + 1, big - 1, big}) {
+    chunks.push_back(c);
+  }
+  for (int c : chunks) {
+    Problem pr;
+    pr.seqlen_q = big;
+    pr.seqlen_k = big;
+    pr.chunk = c;
+    FwdParams p{};
+    p.seqlen_q = big;
+    p.seqlen_k = big;
+    set_mask_params(pr, &p);
+    ASSERT_EQ(p.chunk, c);
+    const GeneralMask mask(p);
+    const auto expect_exact = [&](std::int64_t pos) {
+      if (pos < 0 || pos > big) return;
+      ASSERT_EQ(mask.chunk_start(static_cast<int>(pos)), pos / c * c) << "chunk " << c << " position " << pos;
+    };
+    for (std::int64_t pos = 0; pos < 4 * c && pos < 2000; ++pos) expect_exact(pos);
+    for (std::int64_t k : {std::int64_t{1}, std::int64_t{2}, std::int64_t{big} / c - 1, std::int64_t{big} / c}) {
+      for (std::int64_t d = -2; d <= 2; ++d) expect_exact(k * c + d);
+    }
+    for (std::int64_t pos = big; pos > big - 1000; --pos) expect_exact(pos);
+    std::uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(c);
+    for (int i = 0; i < 2000; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      expect_exact(static_cast<std::int64_t>(x % (static_cast<std::uint64_t>(big) + 1)));
+    }
+    for (int pos : {-1, -2, -c, -big}) EXPECT_EQ(mask.chunk_start(pos), -c) << "chunk " << c;
+  }
+}
+
+// What the dispatcher hands the general kernels: windows and chunks clamped to the
+// sequences, an unbounded side as the sequence's length, and a chunk of one key as the
+// diagonal window.
+TEST(GeneralMask, ParamsFromProblem) {
+  Problem pr;
+  pr.seqlen_q = 100;
+  pr.seqlen_k = 300;
+  pr.window_left = 5000;
+  pr.window_right = 5000;
+  pr.chunk = 5000;
+  FwdParams p{};
+  set_mask_params(pr, &p);
+  EXPECT_EQ(p.window_left, 300);
+  EXPECT_EQ(p.window_right, 100);
+  EXPECT_EQ(p.chunk, 300);
+  pr.chunk = 1;
+  set_mask_params(pr, &p);
+  EXPECT_EQ(p.window_left, 0);
+  EXPECT_EQ(p.window_right, 0);
+  EXPECT_EQ(p.chunk, 0);
+  pr = Problem{};
+  pr.seqlen_q = 10;
+  pr.seqlen_k = 10;
+  set_mask_params(pr, &p);
+  EXPECT_EQ(p.window_left, 10);
+  EXPECT_EQ(p.window_right, 10);
+  EXPECT_EQ(p.chunk, 0);
+  pr.seqlen_q = 7;
+  pr.window_right = 0;
+  set_mask_params(pr, &p);
+  EXPECT_EQ(p.window_left, 10);
+  EXPECT_EQ(p.window_right, 0);
+}
+
 // Which family runs a problem: plain and causal keep their kernels, whatever else a
-// window, softcap or sinks ask for goes to the general ones.
+// window, chunk, softcap or sinks ask for goes to the general ones.
 TEST(MaskKind, FollowsWindowAndSoftcap) {
   Problem p;
   EXPECT_EQ(mask_kind(p), MaskKind::kPlain);
@@ -221,6 +350,12 @@ TEST(MaskKind, FollowsWindowAndSoftcap) {
   EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
   p = Problem{};
   p.has_sinks = true;
+  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  p = Problem{};
+  p.chunk = 8192;
+  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  p.causal = true;
+  p.window_right = 0;
   EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
   p = Problem{};
   p.softcap = 30.f;

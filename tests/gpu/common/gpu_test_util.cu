@@ -219,15 +219,26 @@ AttentionOptions GeneralCase::options() const {
   o.window_left = window_left;
   o.window_right = window_right;
   o.softcap = softcap;
+  o.attention_chunk = chunk;
   return o;
 }
 
 std::vector<GeneralCase> general_cases() {
   return {
-      {"window_100_37", false, 100, 37, 0.f},   {"left_200", false, 200, -1, 0.f},
-      {"right_60", false, -1, 60, 0.f},         {"causal_left_130", true, 130, 0, 0.f},
-      {"diagonal_only", false, 0, 0, 0.f},      {"softcap_2", false, -1, -1, 2.f},
-      {"softcap_30_causal", true, -1, 0, 30.f}, {"softcap_5_window_256_16", false, 256, 16, 5.f},
+      {"window_100_37", false, 100, 37, 0.f},
+      {"left_200", false, 200, -1, 0.f},
+      {"right_60", false, -1, 60, 0.f},
+      {"causal_left_130", true, 130, 0, 0.f},
+      {"diagonal_only", false, 0, 0, 0.f},
+      {"softcap_2", false, -1, -1, 2.f},
+      {"softcap_30_causal", true, -1, 0, 30.f},
+      {"softcap_5_window_256_16", false, 256, 16, 5.f},
+      {"chunk_256", false, -1, -1, 0.f, 256},
+      {"chunk_200_causal", true, -1, 0, 0.f, 200},
+      {"chunk_48", false, -1, -1, 0.f, 48},
+      {"chunk_48_causal", true, -1, 0, 0.f, 48},
+      {"chunk_300_window_100_37", false, 100, 37, 0.f, 300},
+      {"chunk_1000_softcap_5", false, -1, -1, 5.f, 1000},
   };
 }
 

@@ -58,12 +58,16 @@ std::vector<Shape> accuracy_shapes();
 // Options the general kernels run (hopper/mask_kind.h), which both directions' tests
 // go through: windows on either side and both, causal with a left side, a window so
 // narrow that rows of unequal sequences see no key, the softcap alone (small, where
-// tanh bends most, and large) and with a window.
+// tanh bends most, and large) and with a window; chunked attention alone and causal,
+// in chunks of whole blocks, of fewer keys than a block and of a number that is not a
+// multiple of one, under a window and with the softcap. With more queries than keys the
+// first queries' chunks hold no key.
 struct GeneralCase {
   const char* name;
   bool causal;
   std::int64_t window_left, window_right;
   float softcap;
+  int chunk = 0;  // attention_chunk
   AttentionOptions options() const;
 };
 std::vector<GeneralCase> general_cases();

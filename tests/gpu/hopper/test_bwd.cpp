@@ -261,8 +261,8 @@ INSTANTIATE_TEST_SUITE_P(Built, BwdAnyHeadDim,
                                             ::testing::ValuesIn(unbuilt_head_dims(hopper::bwd_head_dims()))),
                          any_head_dim_name);
 
-// The general kernels (windows, softcap) for every case of general_cases() over the
-// shape list; then, per case on one shape, deterministic mode bitwise the same over
+// The general kernels (windows, chunks, softcap) for every case of general_cases() over
+// the shape list; then, per case on one shape, deterministic mode bitwise the same over
 // 100 repeats.
 struct GeneralKernel {
   DType dtype;

@@ -93,8 +93,8 @@ bool expect_general_accurate(const ForwardArgs& args, DType dtype) {
   return !kernels.empty();
 }
 
-// The general kernels (windows, softcap) under the same rule, for every case of
-// general_cases() over the shape list.
+// The general kernels (windows, chunks, softcap) under the same rule, for every case
+// of general_cases() over the shape list.
 class FwdGeneral : public ::testing::TestWithParam<std::tuple<DType, int>> {};
 
 TEST_P(FwdGeneral, MatchesReferenceOverShapeList) {

@@ -58,6 +58,7 @@ struct Case {
   float softcap;
   float softmax_scale = 0.f;
   std::int64_t dv = 0;  // v's head dim; 0: d
+  int chunk = 0;
 
   std::int64_t value_dim() const { return dv > 0 ? dv : d; }
 };
@@ -65,15 +66,22 @@ struct Case {
 // Masks of every kind, rows that see no key (113 queries, 17 keys, causal), GQA and MQA,
 // head dims up to 256 and one no kernel has, softcaps that bend the scores hard and barely;
 // V head dims of their own: DeepSeek-V3's (192, 128), (64, 256) and (64, 512) past the
-// q rows' 256, and (40, 24).
-const Case kCases[] = {{1, 1, 2, 2, 64, false, -1, -1, 0},      {17, 113, 4, 2, 128, true, -1, -1, 0},
-                       {113, 17, 4, 1, 96, true, -1, -1, 0},    {129, 129, 2, 2, 256, false, 16, 8, 0},
-                       {64, 200, 2, 1, 192, false, -1, -1, 30}, {77, 77, 3, 3, 40, true, 20, -1, 5},
+// q rows' 256, and (40, 24); chunks alone, causal with more queries than keys (the
+// first queries' chunks hold no key), and under a window that crosses chunk edges.
+const Case kCases[] = {{1, 1, 2, 2, 64, false, -1, -1, 0},
+                       {17, 113, 4, 2, 128, true, -1, -1, 0},
+                       {113, 17, 4, 1, 96, true, -1, -1, 0},
+                       {129, 129, 2, 2, 256, false, 16, 8, 0},
+                       {64, 200, 2, 1, 192, false, -1, -1, 30},
+                       {77, 77, 3, 3, 40, true, 20, -1, 5},
                        {33, 65, 4, 2, 64, false, -1, -1, 0.5f, 0.3f},
                        {64, 113, 4, 2, 192, true, -1, -1, 0, 0.f, 128},
                        {129, 65, 2, 1, 64, false, -1, -1, 0, 0.f, 256},
                        {33, 77, 2, 2, 64, true, 10, -1, 0, 0.f, 512},
-                       {77, 40, 3, 1, 40, false, 9, 4, 2.f, 0.f, 24}};
+                       {77, 40, 3, 1, 40, false, 9, 4, 2.f, 0.f, 24},
+                       {70, 70, 2, 2, 64, false, -1, -1, 0, 0.f, 0, 7},
+                       {113, 90, 4, 2, 128, true, -1, -1, 0, 0.f, 0, 16},
+                       {90, 130, 2, 1, 64, false, 20, 5, 0, 0.f, 0, 32}};
 
 Problem problem_of(const Case& c, const TensorView& q, const TensorView& k, const TensorView& v) {
   ForwardArgs args;
@@ -87,6 +95,7 @@ Problem problem_of(const Case& c, const TensorView& q, const TensorView& k, cons
   args.options.window_right = c.causal ? -1 : c.window_right;
   args.options.softcap = c.softcap;
   args.options.softmax_scale = c.softmax_scale;
+  args.options.attention_chunk = c.chunk;
   Problem p;
   const Status st = validate_forward(args, cpu_target(), &p);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
