@@ -6,6 +6,7 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
 
   window4096   sliding window of 4096 keys per row: (4095, 0) causal, (2048, 2047) not
   softcap50    softcap 50
+  chunk8192    attention_chunk 8192 (Llama 4's chunked attention): a query sees its own chunk
   sinks        attention sinks (one logit per head, random), gradient included
   graph        the same call captured into a CUDA graph and replayed (eager vs replay)
   hdimD        a head dim D without kernels of its own (--odd-hdims, default 80), run
@@ -47,7 +48,7 @@ def window_for(causal, width):
     return (width - 1, 0) if causal else (width // 2, width - 1 - width // 2)
 
 
-def visible_pairs(seqlen, causal, window):
+def visible_pairs(seqlen, causal, window, chunk=0):
     """(query, key) pairs a square problem's rows see."""
     rows = torch.arange(seqlen, dtype=torch.int64)
     left, right = window
@@ -55,10 +56,13 @@ def visible_pairs(seqlen, causal, window):
         right = 0
     first = (rows - left).clamp(min=0) if left >= 0 else torch.zeros_like(rows)
     last = (rows + right).clamp(max=seqlen - 1) if right >= 0 else torch.full_like(rows, seqlen - 1)
+    if chunk > 0:
+        first = torch.maximum(first, rows // chunk * chunk)
+        last = torch.minimum(last, rows // chunk * chunk + chunk - 1)
     return int((last - first + 1).clamp(min=0).sum())
 
 
-def reference(q, k, v, causal, window, softcap, sinks, heads=2):
+def reference(q, k, v, causal, window, softcap, sinks, chunk=0, heads=2):
     """fp32 attention of the first `heads` heads."""
     qf, kf, vf = (t[:, :, :heads].float().transpose(1, 2) for t in (q, k, v))
     scores = qf @ kf.transpose(-1, -2) / q.shape[-1] ** 0.5
@@ -74,6 +78,8 @@ def reference(q, k, v, causal, window, softcap, sinks, heads=2):
         allowed &= j >= i - left
     if right >= 0:
         allowed &= j <= i + right
+    if chunk > 0:
+        allowed &= i // chunk == j // chunk
     scores = scores.masked_fill(~allowed, float("-inf"))
     if sinks is None:
         probs = scores.softmax(-1)
@@ -83,8 +89,8 @@ def reference(q, k, v, causal, window, softcap, sinks, heads=2):
     return (probs @ vf).transpose(1, 2)
 
 
-def check(out, q, k, v, causal, window, softcap, sinks):
-    ref = reference(q, k, v, causal, window, softcap, sinks)
+def check(out, q, k, v, causal, window, softcap, sinks, chunk=0):
+    ref = reference(q, k, v, causal, window, softcap, sinks, chunk)
     got = out[:, :, : ref.shape[2]].float()
     err = ((got - ref).norm() / ref.norm()).item()
     if not err < MAX_REL_ERR:
@@ -118,18 +124,21 @@ def run(args, gpu):
         full_pairs = visible_pairs(seqlen, causal, (-1, -1))
         sinks = torch.randn(nheads, device="cuda")
         variants = [
-            ("none", (-1, -1), 0.0, None),
-            (f"window{args.window}", window_for(causal, args.window), 0.0, None),
-            (f"softcap{args.softcap:g}", (-1, -1), args.softcap, None),
-            ("sinks", (-1, -1), 0.0, sinks),
+            ("none", (-1, -1), 0.0, None, 0),
+            (f"window{args.window}", window_for(causal, args.window), 0.0, None, 0),
+            (f"softcap{args.softcap:g}", (-1, -1), args.softcap, None, 0),
+            ("sinks", (-1, -1), 0.0, sinks, 0),
+            (f"chunk{args.chunk}", (-1, -1), 0.0, None, args.chunk),
         ]
-        for name, window, softcap, sink in variants:
-            pairs = visible_pairs(seqlen, causal, window)
+        for name, window, softcap, sink, chunk in variants:
+            pairs = visible_pairs(seqlen, causal, window, chunk)
 
-            def forward(window=window, softcap=softcap, sink=sink, q=q, k=k, v=v):
-                return fa3.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink)
+            def forward(window=window, softcap=softcap, sink=sink, chunk=chunk, q=q, k=k, v=v):
+                return fa3.flash_attn_func(
+                    q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink, attention_chunk=chunk
+                )
 
-            err = check(forward(), q, k, v, causal, window, softcap, sink)
+            err = check(forward(), q, k, v, causal, window, softcap, sink, chunk)
             timed = [("fwd", name, forward)]
             if name == "none":
                 graph = graph_of(forward)
@@ -137,7 +146,9 @@ def run(args, gpu):
             if "bwd" in args.passes:
                 qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
                 sg = None if sink is None else sink.detach().requires_grad_()
-                out = fa3.flash_attn_func(qg, kg, vg, causal=causal, window_size=window, softcap=softcap, sinks=sg)
+                out = fa3.flash_attn_func(
+                    qg, kg, vg, causal=causal, window_size=window, softcap=softcap, sinks=sg, attention_chunk=chunk
+                )
 
                 def backward(out=out, inputs=(qg, kg, vg) + (() if sg is None else (sg,))):
                     return torch.autograd.grad(out, inputs, dout, retain_graph=True)
@@ -163,6 +174,7 @@ def run(args, gpu):
                         "window": list(window),
                         "softcap": softcap,
                         "sinks": sink is not None,
+                        "attention_chunk": chunk,
                         "visible_fraction": pairs / full_pairs,
                         "rel_err": err,
                         "ms": ms,
@@ -242,6 +254,7 @@ def main(argv=None):
     parser.add_argument("--hdim", type=int, default=128)
     parser.add_argument("--window", type=int, default=4096, help="keys per row of the window variant")
     parser.add_argument("--softcap", type=float, default=50.0)
+    parser.add_argument("--chunk", type=int, default=8192, help="attention_chunk of the chunk variant")
     parser.add_argument("--passes", nargs="+", choices=["fwd", "bwd"], default=["fwd", "bwd"])
     parser.add_argument(
         "--odd-hdims", type=int, nargs="*", default=[80], help="head dims without kernels of their own to time"
