@@ -46,10 +46,9 @@ ValidationTarget gpu_target() {
   t.supports_softcap = true;
   t.supports_sinks = true;
   t.supports_chunk = true;
-  // The one switch of a separate V head dim on the GPU, for both passes (the backward's
-  // target starts from this one): off until the kernels take v, out, dout and dv at a head
-  // dim of their own. Then set it, with max_head_dim_v, the largest they take.
-  t.separate_head_dim_v = false;
+  // A separate V head dim runs on the forward kernels built for one (FA3_HEAD_DIM_PAIRS);
+  // a pair without one is refused when dispatched, naming both head dims.
+  t.separate_head_dim_v = true;
   t.locate = locate_pointer;
   return t;
 }
@@ -58,6 +57,8 @@ ValidationTarget gpu_backward_target() {
   ValidationTarget t = gpu_target();
   t.dtypes = hopper::bwd_dtypes();
   t.head_dims = hopper::bwd_head_dims();
+  // The backward kernels take equal head dims only.
+  t.separate_head_dim_v = false;
   t.backward_workspace = [](const Problem& p, bool deterministic) {
     return hopper::bwd_workspace(p, deterministic).bytes;
   };

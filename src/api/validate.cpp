@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "common/status_macros.h"
 
@@ -189,6 +190,17 @@ Status check_dtype_and_head_dims(const TensorView& q, const TensorView& v, const
   }
   if (v.shape[3] > target.max_head_dim_v) {
     return unsupported(cat("v: head dim ", v.shape[3], " is not supported; supported: 1 to ", target.max_head_dim_v));
+  }
+  if (target.space == ValidationTarget::Space::kDevice) {
+    // TMA moves rows in whole 16-byte units, stores included: a row that ends inside
+    // one would have the unit's remaining elements written (measured).
+    const std::int64_t unit = 16 / static_cast<std::int64_t>(dtype_size(q.dtype));
+    for (const auto& [name, dim] : {std::pair{"q", d}, std::pair{"v", v.shape[3]}}) {
+      if (dim % unit != 0) {
+        return unsupported(cat(name, ": head dim ", dim, " is not a multiple of ", unit,
+                               " (16 bytes), as the GPU needs; pad it with zero columns (flash_attn_func does)"));
+      }
+    }
   }
   return Status::ok();
 }

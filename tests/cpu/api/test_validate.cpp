@@ -100,6 +100,9 @@ std::vector<Case> shape_cases() {
   return {
       {"head_dim_257_on_device", on_args<Args>([all_head_dim](Args& a) { all_head_dim(a, 257); }), kUnsupported,
        "q: head dim 257 is not supported; supported: 1 to 256 (kernels built for head dims 64, 96, 128, 192, 256)"},
+      {"head_dim_111_on_device", on_args<Args>([all_head_dim](Args& a) { all_head_dim(a, 111); }), kUnsupported,
+       "q: head dim 111 is not a multiple of 8 (16 bytes), as the GPU needs; pad it with zero columns "
+       "(flash_attn_func does)"},
       {"head_dim_129_past_the_built_kernels",
        [all_head_dim](Args& a, ValidationTarget& t) {
          all_head_dim(a, 129);

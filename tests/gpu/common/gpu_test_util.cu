@@ -205,7 +205,7 @@ std::vector<int> unbuilt_head_dims(const std::vector<int>& built) {
   std::vector<int> out;
   if (built.empty()) return out;
   const int largest = *std::max_element(built.begin(), built.end());
-  for (int d : {1, 8, 40, 80, 111, 160, 224, 255}) {
+  for (int d : {8, 24, 40, 80, 112, 160, 200, 248}) {
     if (d <= largest && std::find(built.begin(), built.end(), d) == built.end()) out.push_back(d);
   }
   return out;

@@ -96,8 +96,8 @@ void scale_positions(PaddedTensor& t, const std::vector<float>& factors);
 // Elements of t's buffer outside its view that are not NaN (written by someone).
 std::int64_t written_outside_view(const PaddedTensor& t);
 
-// Head dims no kernel was built for (1 to 255, some not a multiple of 8), up to the
-// largest built one: each runs on the next built kernel up.
+// Head dims no kernel was built for (multiples of 8 from 8 to 248, as the GPU takes
+// them), up to the largest built one: each runs on the next built kernel up.
 std::vector<int> unbuilt_head_dims(const std::vector<int>& built);
 
 // Padding per row that makes a row of `head_dim` elements a whole number of 16-byte

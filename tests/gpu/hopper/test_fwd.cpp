@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Built, FwdAnyHeadDim,
 // plain and causal masks and a window with softcap, nothing past O's head dim written.
 TEST(FwdHeadDimV, MatchesReferenceOverShapeList) {
   FA3_REQUIRE_HOPPER();
-  const std::pair<int, int> pairs[] = {{192, 128}, {150, 100}, {64, 256}, {40, 200}};
+  const std::pair<int, int> pairs[] = {{192, 128}, {144, 96}, {64, 256}, {40, 200}};
   AttentionOptions causal, window_softcap;
   causal.causal = true;
   window_softcap.window_left = 100;
@@ -212,7 +212,7 @@ TEST(FwdHeadDimV, MatchesReferenceOverShapeList) {
                                           << (options.softcap > 0.f ? " window+softcap" : "") << ": batch " << s.batch
                                           << " sq " << s.seqlen_q << " sk " << s.seqlen_k << " heads " << s.nheads_q
                                           << ":" << s.nheads_kv);
-          Inputs in = make_inputs(dtype, s, d, options.causal, seed += 17, row_pad_for(std::max(d, dv)), 0, 256, dv);
+          Inputs in = make_inputs(dtype, s, d, options.causal, seed += 17, row_pad_for(d), 0, 256, dv);
           in.args.options = options;
           for (const std::string& kernel_name : kernels_for(in.args)) {
             EXPECT_TRUE(forward_accurate(check_forward(in.args, kernel_name), dtype)) << "kernel " << kernel_name;
