@@ -98,9 +98,7 @@ std::vector<DType> fwd_dtypes() {
 std::vector<int> fwd_head_dims() {
   std::vector<int> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (k.head_dim == k.head_dim_v && std::find(out.begin(), out.end(), k.head_dim) == out.end()) {
-      out.push_back(k.head_dim);
-    }
+    if (std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -31,7 +31,8 @@ struct FwdKernelEntry {
 
 const std::vector<FwdKernelEntry>& fwd_kernels();
 
-// What was compiled: dtypes, and the head dims of kernels whose V head dim is the same.
+// What was compiled: dtypes, and the kernels' Q/K head dims (with their own V head
+// dim or not).
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
 
