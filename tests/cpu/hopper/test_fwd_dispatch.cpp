@@ -59,14 +59,18 @@ std::string first(int head_dim, bool causal, std::int64_t seqlen_q, std::int64_t
 
 TEST(FwdDispatch, EveryBuiltKernelIsACandidateOnce) {
   for (DType dtype : fwd_dtypes()) {
-    for (int d : fwd_head_dims()) {
+    std::set<std::pair<int, int>> dims;
+    for (const FwdKernelEntry& k : fwd_kernels()) dims.insert({k.head_dim, k.head_dim_v});
+    for (const auto& [d, dv] : dims) {
       for (bool causal : {false, true}) {
-        SCOPED_TRACE(testing::Message() << "hdim " << d << (causal ? " causal" : ""));
+        SCOPED_TRACE(testing::Message() << "hdim " << d << " v " << dv << (causal ? " causal" : ""));
         const auto built_here = std::count_if(fwd_kernels().begin(), fwd_kernels().end(), [&](const auto& k) {
-          return k.dtype == dtype && k.head_dim == d && k.mask == kind(causal);
+          return k.dtype == dtype && k.head_dim == d && k.head_dim_v == dv && k.mask == kind(causal);
         });
         for (std::int64_t keys : {1, 512, 1024, 4096, 16384}) {
-          const std::vector<const FwdKernelEntry*> c = fwd_candidates(problem(d, causal, 512, keys), dtype);
+          Problem p = problem(d, causal, 512, keys);
+          p.head_dim_v = dv;
+          const std::vector<const FwdKernelEntry*> c = fwd_candidates(p, dtype);
           std::set<std::string> names;
           for (const FwdKernelEntry* k : c) names.insert(k->name());
           EXPECT_EQ(static_cast<std::int64_t>(c.size()), built_here) << keys << " keys";
