@@ -157,32 +157,36 @@ def run(args, gpu):
             for pass_, variant, fn in timed:
                 if pass_ not in args.passes:
                     continue
-                ms = median_ms(fn, args.rep_ms)
-                flops = 4.0 * batch * nheads * pairs * hdim * (2.5 if pass_ == "bwd" else 1.0)
+                shape = dict(hdim=hdim, causal=causal, seqlen=seqlen, batch=batch, nheads=nheads, pairs=pairs)
                 records.append(
-                    {
-                        "impl": "fa3",
-                        "pass": pass_,
-                        "variant": variant,
-                        "baseline": "none",
-                        "dtype": "bf16",
-                        "hdim": hdim,
-                        "causal": causal,
-                        "seqlen": seqlen,
-                        "batch": batch,
-                        "nheads": nheads,
-                        "window": list(window),
-                        "softcap": softcap,
-                        "sinks": sink is not None,
-                        "attention_chunk": chunk,
-                        "visible_fraction": pairs / full_pairs,
-                        "rel_err": err,
-                        "ms": ms,
-                        "tflops": flops / ms / 1e9,
-                        "gpu": gpu,
-                    }
+                    timed_record(
+                        fn,
+                        pass_,
+                        variant,
+                        "none",
+                        shape,
+                        args,
+                        gpu,
+                        window=list(window),
+                        softcap=softcap,
+                        sinks=sink is not None,
+                        attention_chunk=chunk,
+                        visible_fraction=pairs / full_pairs,
+                        rel_err=err,
+                    )
                 )
     return records
+
+
+def timed_record(fn, pass_, variant, baseline, shape, args, gpu, **fields):
+    """fn timed, as a JSON record: FLOPs count the shape's visible (query, key) pairs."""
+    ms = median_ms(fn, args.rep_ms)
+    flops = 4.0 * shape["batch"] * shape["nheads"] * shape["pairs"] * shape["hdim"] * (2.5 if pass_ == "bwd" else 1.0)
+    record = {"impl": "fa3", "pass": pass_, "variant": variant, "baseline": baseline, "dtype": "bf16"}
+    record.update((key, shape[key]) for key in ("hdim", "causal", "seqlen", "batch", "nheads"))
+    record.update(fields)
+    record.update({"ms": ms, "tflops": flops / ms / 1e9, "gpu": gpu})
+    return record
 
 
 def run_head_dims(args, gpu):
@@ -211,27 +215,20 @@ def run_head_dims(args, gpu):
                     ),
                 }
                 pairs = visible_pairs(seqlen, causal, (-1, -1))
+                shape = dict(hdim=hdim, causal=causal, seqlen=seqlen, batch=batch, nheads=nheads, pairs=pairs)
                 for pass_ in args.passes:
-                    ms = median_ms(timed[pass_], args.rep_ms)
-                    flops = 4.0 * batch * nheads * pairs * hdim * (2.5 if pass_ == "bwd" else 1.0)
                     records.append(
-                        {
-                            "impl": "fa3",
-                            "pass": pass_,
-                            "variant": variant,
-                            "baseline": f"hdim{kernel_dim}",
-                            "kernel_hdim": kernel_dim,
-                            "dtype": "bf16",
-                            "hdim": hdim,
-                            "causal": causal,
-                            "seqlen": seqlen,
-                            "batch": batch,
-                            "nheads": nheads,
-                            "rel_err": err,
-                            "ms": ms,
-                            "tflops": flops / ms / 1e9,
-                            "gpu": gpu,
-                        }
+                        timed_record(
+                            timed[pass_],
+                            pass_,
+                            variant,
+                            f"hdim{kernel_dim}",
+                            shape,
+                            args,
+                            gpu,
+                            kernel_hdim=kernel_dim,
+                            rel_err=err,
+                        )
                     )
     return records
 
