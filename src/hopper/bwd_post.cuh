@@ -22,7 +22,7 @@ struct AccumTarget {
   void* out;               // the output at the block's first row
   std::int64_t row_stride;
   int rows;                // rows of the block inside the sequence
-  int cols;                // the call's head dim (at most kHeadDim): columns to write
+  int cols;                // the call's head dim (a multiple of 8, at most kHeadDim): columns to write
   float scale;
 };
 
@@ -64,11 +64,8 @@ __device__ void convert_accum_block(const AccumTarget& t) {
   for (int i = tid; i < kRows * kVecs; i += kThreads) {
     const int row = i / kVecs, col = i % kVecs * 8;
     Element* out = static_cast<Element*>(t.out) + row * t.row_stride + col;
-    if (row < t.rows && col + 8 <= t.cols) {
+    if (row < t.rows && col < t.cols) {
       *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(&tile[row * kPitch + col]);
-    } else if (row < t.rows && col < t.cols) {
-      // A head dim that is not a multiple of 8 ends inside this vector.
-      for (int c = 0; c < t.cols - col; ++c) out[c] = tile[row * kPitch + col + c];
     }
   }
 }

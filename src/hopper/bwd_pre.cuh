@@ -4,7 +4,7 @@
 //
 // One CTA per (query block, head, batch), a warp per row at a time: a lane reads 16
 // bytes of dO and of O (head dims up to 256 fill at most one such load per lane). The
-// row is the call's head dim long, which may be less than the kernel's kHeadDim.
+// row is the call's head dim long (a multiple of 8), which may be less than kHeadDim.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,19 +38,13 @@ __global__ void __launch_bounds__(kBwdPreThreads) bwd_preprocess(const __grid_co
     const int row = m_block * kBlockM + r;
     float d = 0.f;
     const int col = lane * 8;
-    if (row < p.seqlen_q && col + 8 <= p.head_dim) {
+    if (row < p.seqlen_q && col < p.head_dim) {
       const auto o = *reinterpret_cast<const uint4*>(out + row * p.o_row_stride + col);
       const auto g = *reinterpret_cast<const uint4*>(dout + row * p.do_row_stride + col);
       const Element* oe = reinterpret_cast<const Element*>(&o);
       const Element* ge = reinterpret_cast<const Element*>(&g);
       CUTE_UNROLL
       for (int i = 0; i < 8; ++i) d += static_cast<float>(oe[i]) * static_cast<float>(ge[i]);
-    } else if (row < p.seqlen_q && col < p.head_dim) {
-      // The last, partial group of a head dim that is not a multiple of 8 (rows are
-      // 16-byte aligned, but the columns past the head dim are not the caller's to read).
-      for (int i = col; i < p.head_dim; ++i) {
-        d += static_cast<float>(out[row * p.o_row_stride + i]) * static_cast<float>(dout[row * p.do_row_stride + i]);
-      }
     }
     CUTE_UNROLL
     for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);

@@ -207,11 +207,6 @@ struct FwdEpilogue {
     }
   }
 
-  __device__ static void store_partial_group(Element* out, const std::uint32_t (&w)[4], int cols) {
-    const Element* e = reinterpret_cast<const Element*>(w);
-    for (int c = 0; c < cols; ++c) out[c] = e[c];
-  }
-
   // A quad (four lanes) holds each row's eight-column groups as one 32-bit pair per
   // lane. Transposing four groups at a time across the quad (two butterfly steps)
   // gives every lane eight consecutive elements of one group: one 16-byte store, and
@@ -248,13 +243,10 @@ struct FwdEpilogue {
         (odd ? w[0] : w[1]) = got;
         got = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
         (odd ? w[2] : w[3]) = got;
+        // A smaller head dim (a multiple of 8, validation's rule) may run on this kernel.
         const int col = 8 * (g0 + lane % 4);
-        if (row < p.seqlen_q && col + 8 <= p.head_dim_v) {
+        if (row < p.seqlen_q && col < p.head_dim_v) {
           *reinterpret_cast<uint4*>(row_out + col) = make_uint4(w[0], w[1], w[2], w[3]);
-        } else if (row < p.seqlen_q && col < p.head_dim_v) {
-          // The group a head dim that is not a multiple of 8 ends in (a smaller head dim
-          // runs on this kernel): only its columns inside the head dim are O's.
-          store_partial_group(row_out + col, w, p.head_dim_v - col);
         }
       }
     }
