@@ -228,17 +228,18 @@ struct BwdConsumer {
     const int do_stage = do_state.index;
     const int ds_stage = Traits::kDsStages == 1 ? 0 : q_stage;
 
-    q_pipe.consumer_wait(q_state);
-    gemm_ab<kSdpSwap, true>(mma_sdp, tSrQ(_, _, _, q_stage), tSrK, tSrS);
-    do_pipe.consumer_wait(do_state);
-    gemm_ab<kSdpSwap, true>(mma_sdp, tdPrDo(_, _, _, do_stage), tdPrV, tdPrdP);
-
     // Each thread's query rows: the columns of Sᵀ, or the rows of S.
     constexpr int kStats = decltype(size<kSdpSwap ? 1 : 0>(s))::value;
     using Stats = QueryStats<kStats, (kSdpSwap && kStats > 16)>;
     const auto query_of = [&](int i) { return kSdpSwap ? get<1>(coord(0, i)) : get<0>(coord(i, 0)); };
+    q_pipe.consumer_wait(q_state);
+    // LSE is read before the GEMMs are issued: behind their operand reads, the loads
+    // from shared memory came back after S did.
     Stats lse;
     lse.load(smem.lse + q_stage * Traits::kStatsStride, lane, query_of);
+    gemm_ab<kSdpSwap, true>(mma_sdp, tSrQ(_, _, _, q_stage), tSrK, tSrS);
+    do_pipe.consumer_wait(do_state);
+    gemm_ab<kSdpSwap, true>(mma_sdp, tdPrDo(_, _, _, do_stage), tdPrV, tdPrdP);
 
     warpgroup_wait<1>();
     warpgroup_fence_operand(tSrS);
