@@ -45,6 +45,9 @@ __device__ __forceinline__ void barrier_arrive(BwdBarrier id, int count) {
   arch::named_barrier_arrive(static_cast<int>(id), count);
 }
 
+// A consumer warpgroup and the dQ warp meet at its dQ barriers.
+inline constexpr int kDqBarrierThreads = 128 + 32;
+
 __device__ __forceinline__ BwdBarrier dq_full_barrier(int wg) {
   return static_cast<BwdBarrier>(static_cast<int>(BwdBarrier::kDqFull0) + wg);
 }

@@ -54,8 +54,6 @@ struct BwdKernel {
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
   static constexpr bool kDqWarp = Traits::kCfg.dq_tma;
-  // A consumer warpgroup and the dQ warp meet at its dQ barriers.
-  static constexpr int kDqBarrierThreads = 128 + 32;
 
   struct Params {
     typename Traits::TmaQ tma_q;
@@ -176,7 +174,7 @@ struct BwdKernel {
   }
 
   // The dQ warp: adds each step's dQ partial sums, one part per consumer warpgroup,
-  // from shared memory to the accumulator.
+  // from shared memory to the accumulator, a slice at a time (BwdConfig::dq_slices).
   __device__ static void add_dq(const Params& params, SharedStorage& smem, const Mask& mask) {
     const BwdParams& p = params.p;
     const int lane = threadIdx.x % 32;
@@ -201,18 +199,22 @@ struct BwdKernel {
           asm volatile("fence.proxy.async.global;" ::: "memory");
         }
         CUTE_UNROLL
-        for (int w = 0; w < Traits::kWGs; ++w) {
-          barrier_sync(dq_full_barrier(w), kDqBarrierThreads);
-          if (lane == 0) {
-            arch::bulk_reduce_add_f32(dq + w * Traits::kDqPerWG, smem.dq + w * Traits::kDqPerWG,
-                                      Traits::kDqPerWG * sizeof(float));
-            cute::tma_store_arrive();
+        for (int slice = 0; slice < Traits::kDqSlices; ++slice) {
+          CUTE_UNROLL
+          for (int w = 0; w < Traits::kWGs; ++w) {
+            barrier_sync(dq_full_barrier(w), kDqBarrierThreads);
+            if (lane == 0) {
+              arch::bulk_reduce_add_f32(dq + w * Traits::kDqPerWG + slice * Traits::kDqStagedPerWG,
+                                        smem.dq + w * Traits::kDqStagedPerWG,
+                                        Traits::kDqStagedPerWG * sizeof(float));
+              cute::tma_store_arrive();
+            }
           }
+          if (lane == 0) cute::tma_store_wait<0>();
+          __syncwarp();
+          CUTE_UNROLL
+          for (int w = 0; w < Traits::kWGs; ++w) barrier_arrive(dq_empty_barrier(w), kDqBarrierThreads);
         }
-        if (lane == 0) cute::tma_store_wait<0>();
-        __syncwarp();
-        CUTE_UNROLL
-        for (int w = 0; w < Traits::kWGs; ++w) barrier_arrive(dq_empty_barrier(w), kDqBarrierThreads);
         if (turn != nullptr && lane == 0) {
           arch::bulk_wait_complete();
           arch::publish_counter(turn, my_turn + 1);
@@ -260,8 +262,15 @@ struct BwdKernel {
     const int wg = tid / 128;
     constexpr int kVecs = decltype(cute::size(dq))::value / 4;
     if constexpr (kDqWarp) {
-      barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
-      float4* dst = reinterpret_cast<float4*>(smem.dq + wg * Traits::kDqPerWG) + tid % 128;
+      if constexpr (Traits::kPInDqStaging) {
+        // P lies in warpgroup 0's part: every warpgroup's dV GEMM must be done with it.
+        // That part's wait for the dQ warp came before P was written (bwd_mainloop.cuh).
+        if (slice == 0) barrier_sync(BwdBarrier::kPdS, kConsumerThreads);
+        if (wg != 0 || slice != 0) barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
+      } else {
+        barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
+      }
+      float4* dst = reinterpret_cast<float4*>(smem.dq + wg * Traits::kDqStagedPerWG) + tid % 128;
       CUTE_UNROLL
       for (int i = 0; i < kVecs; ++i) dst[i * 128] = make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3));
       cutlass::arch::fence_view_async_shared();

@@ -201,8 +201,8 @@ struct BwdConsumer {
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
     Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{});
-    Tensor sP = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutPdS{});
-    Tensor sPt = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutPdSt{});
+    Tensor sP = make_tensor(make_smem_ptr(smem.p_buffer()), typename Traits::SmemLayoutPdS{});
+    Tensor sPt = make_tensor(make_smem_ptr(smem.p_buffer()), typename Traits::SmemLayoutPdSt{});
     Tensor sdS = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPdS{});
     Tensor sdSt = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPdSt{});
 
@@ -299,6 +299,12 @@ struct BwdConsumer {
     Tensor tdSsdS =
         thr_copy_pds.partition_D(as_position_independent_swizzle_tensor(conditional_return<kSdpSwap>(sdSt, sdS)));
     if constexpr (!kDkvRS) {
+      // P in warpgroup 0's part of dQ's staging buffer: the dQ warp has read the part's
+      // last slice (the wait store_dq's first slice then skips); the barrier below
+      // tells the other warpgroups.
+      if constexpr (Traits::kPInDqStaging) {
+        if (wg == 0) barrier_sync(dq_empty_barrier(0), kDqBarrierThreads);
+      }
       // With one buffer, every warpgroup's dV GEMM of the previous step must be done with P.
       if constexpr (Traits::kDsStages == 1) barrier_sync(BwdBarrier::kPdS, kConsumerThreads);
       copy(copy_pds, thr_copy_pds.retile_S(rP), tPsP(_, _, _, ds_stage));

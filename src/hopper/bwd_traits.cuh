@@ -35,7 +35,8 @@ struct BwdTraits {
   static constexpr int kDoStages = kCfg.do_stages;
   static constexpr int kDsStages = kCfg.ds_stages;
   static constexpr int kDqSlices = kCfg.dq_slices;
-  static_assert(kDqSlices == 1 || !kCfg.dq_tma, "dQ staged in shared memory leaves in one piece");
+  static constexpr bool kPInDqStaging = kCfg.p_in_dq_staging();
+  static_assert(!kPInDqStaging || (!kDkvRS && kDsStages == 1), "P in dQ's staging buffer: one P buffer");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
   static_assert(kWGs <= kMaxBwdConsumerWGs, "more consumer warpgroups than named barriers are laid out for");
   static_assert(kDoStages == kQStages || kDoStages == 1, "dO's ring is Q's depth or one stage");
@@ -153,6 +154,10 @@ struct BwdTraits {
   // them (four consecutive values per thread, threads interleaved): the block's
   // layout in the dQ accumulator too (hopper/bwd_workspace.h).
   static constexpr int kDqPerWG = kBlockM * kHeadDim / kWGs;
+  // A warpgroup's part of the staging buffer: one slice of its dQ part.
+  static constexpr int kDqStagedPerWG = kDqPerWG / kDqSlices;
+  static_assert(!kPInDqStaging || kBlockM * kBlockN * sizeof(Element) <= kDqStagedPerWG * sizeof(float),
+                "P must lie within warpgroup 0's part of dQ's staging buffer");
   static constexpr int kDkvPerWG = kBlockN * kHeadDim / kWGs;
 
   // ---- Global tensors as TMA sees them: (rows, head_dim, head, batch). ----
@@ -186,9 +191,9 @@ struct BwdTraits {
     alignas(1024) Element v[cute::cosize_v<SmemLayoutV>];
     alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];
     alignas(1024) Element dout[cute::cosize_v<SmemLayoutDo>];
-    alignas(1024) Element p[kDkvRS ? 1 : cute::cosize_v<SmemLayoutPdS>];
+    alignas(1024) Element p[kDkvRS || kPInDqStaging ? 1 : cute::cosize_v<SmemLayoutPdS>];
     alignas(1024) Element ds[cute::cosize_v<SmemLayoutPdS>];
-    alignas(128) float dq[kCfg.dq_tma ? kBlockM * kHeadDim : 4];
+    alignas(kPInDqStaging ? 1024 : 128) float dq[kCfg.dq_tma ? kBlockM * kHeadDim / kDqSlices : 4];
     alignas(128) float lse[kStatsStride * kQStages];
     alignas(128) float dpsum[kStatsStride * kDoStages];
     TileSlot tile;  // the tile whose K/V are loaded; n_block (m_block field) < 0: no more tiles
@@ -196,6 +201,14 @@ struct BwdTraits {
     std::uint64_t kv_empty;
     typename QPipeline::Storage q_pipe;
     typename DoPipeline::Storage do_pipe;
+
+    __device__ Element* p_buffer() {
+      if constexpr (kPInDqStaging) {
+        return reinterpret_cast<Element*>(dq);
+      } else {
+        return p;
+      }
+    }
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
