@@ -28,8 +28,7 @@ struct BwdConfig {
   int sdp_wg_m;       // warpgroups along the query dim of S and dP (the rest split keys)
   int dkv_wg_n;       // warpgroups along the key dim of dK and dV (the rest split head dim)
   int dq_wg_m;        // warpgroups along the query dim of dQ (the rest split head dim)
-  bool dq_tma;        // dQ summed by TMA bulk reduce-add from shared memory (else red from registers)
-  int dq_slices;      // dQ's GEMM issued in this many row blocks, each summed before the next
+  int dq_slices;      // dQ's GEMM issued and staged in this many row blocks, each summed before the next
   int producer_regs;  // setmaxnreg for the producer warpgroup
   int consumer_regs;  // setmaxnreg for each consumer warpgroup
 
@@ -47,13 +46,13 @@ struct BwdConfig {
   // dQ staged one slice at a time shares its buffer with P (the dV GEMM is done with
   // P before dQ's first slice is complete, and P is written again only after the last
   // slice has left): warpgroup 0's part of the buffer holds P.
-  constexpr bool p_in_dq_staging() const { return dq_tma && dq_slices > 1; }
+  constexpr bool p_in_dq_staging() const { return dq_slices > 1; }
   // Shared memory of the operand buffers, in bytes (2-byte elements).
   constexpr int smem_bytes(int head_dim) const {
     const int kv = 2 * block_n * head_dim * 2;
     const int q_do = (q_stages + do_stages) * block_m * head_dim * 2;
     const int pds = (dkv_from_registers() || p_in_dq_staging() ? 1 : 2) * ds_stages * block_m * block_n * 2;
-    const int dq = dq_tma ? block_m * head_dim * 4 / dq_slices : 0;
+    const int dq = block_m * head_dim * 4 / dq_slices;
     const int stats = 2 * q_stages * block_m * 4;
     return kv + q_do + pds + dq + stats;
   }
@@ -65,13 +64,13 @@ struct BwdConfig {
 // 64 KB does not fit).
 constexpr BwdConfig bwd_config(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, true, 1, 24, 240};
-    case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, true, 1, 24, 240};
-    case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, true, 1, 24, 240};
-    case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, true, 1, 32, 160};
+    case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, 1, 24, 240};
+    case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240};
+    case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240};
+    case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160};
     // dK and dV hold 160 registers per thread here; dQ's 64 more spilled 500 bytes, so
     // dQ goes in two halves of the head dim, 32 registers each.
-    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, true, 2, 24, 240};
+    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240};
   }
 }
 

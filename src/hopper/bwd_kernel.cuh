@@ -3,9 +3,9 @@
 // its K and V stay in shared memory and its dK and dV in the consumers' registers,
 // while the query blocks that see the keys stream past.
 //
-// Warpgroup 0 is the producer: warp 0 picks tiles and issues every load; warp 1, where
-// dQ is staged in shared memory (BwdConfig::dq_tma), adds each step's dQ partial sums
-// to the global accumulator by bulk reduce-add. Warpgroups 1.. are consumers
+// Warpgroup 0 is the producer: warp 0 picks tiles and issues every load; warp 1 (the
+// dQ warp) adds each step's dQ partial sums, staged in shared memory, to the global
+// accumulator by bulk reduce-add. Warpgroups 1.. are consumers
 // (hopper/bwd_mainloop.cuh). Handshakes:
 //   K, V : one buffer each. The producer writes the tile's coordinates into `tile`,
 //          then arms kv_full with K's and V's TMA loads; n_block -1 (armed with no load)
@@ -53,7 +53,6 @@ struct BwdKernel {
   using D = typename Traits::D;
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
-  static constexpr bool kDqWarp = Traits::kCfg.dq_tma;
 
   struct Params {
     typename Traits::TmaQ tma_q;
@@ -75,7 +74,7 @@ struct BwdKernel {
       QPipeline::init(smem.q_pipe, kConsumerThreads);
       DoPipeline::init(smem.do_pipe, kConsumerThreads);
       cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
-      cutlass::arch::ClusterBarrier::init(&smem.kv_empty, kConsumerThreads + (kDqWarp ? 32 : 0));
+      cutlass::arch::ClusterBarrier::init(&smem.kv_empty, kConsumerThreads + 32);
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();
@@ -88,7 +87,7 @@ struct BwdKernel {
       cutlass::arch::warpgroup_reg_dealloc<Traits::kCfg.producer_regs>();
       if (warp == 0) {
         produce(params, smem, q_pipe, do_pipe, mask);
-      } else if (warp == 1 && kDqWarp) {
+      } else if (warp == 1) {
         add_dq(params, smem, mask);
       }
     } else {
@@ -228,9 +227,7 @@ struct BwdKernel {
     Consumer consumer(tid);
     // The dQ staging buffer starts free: one warp of each warpgroup stands in for the
     // dQ warp's first "read" arrival.
-    if constexpr (kDqWarp) {
-      if (tid % 128 < 32) barrier_arrive(dq_empty_barrier(consumer.wg), kDqBarrierThreads);
-    }
+    if (tid % 128 < 32) barrier_arrive(dq_empty_barrier(consumer.wg), kDqBarrierThreads);
     std::uint32_t phase = 0;
     for (;;) {
       arch::mbarrier_wait(&smem.kv_full, phase);
@@ -246,49 +243,33 @@ struct BwdKernel {
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV,
-                      [&](auto& dq, int slice) { store_dq(params.p, smem, mask, tid, tile, m, dq, slice); });
+                      [&](auto& dq, int slice) { store_dq(smem, tid, dq, slice); });
       }
       store_dkv(params, smem, tid, tile, tdKrdK, tdVrdV);
     }
   }
 
-  // Hands a step's dQ partial sums on (slice `slice` of Traits::kDqSlices): into this
-  // warpgroup's part of the staging buffer for the dQ warp, or straight into the
-  // accumulator by red. Four consecutive values per thread, threads interleaved
+  // Hands a step's dQ partial sums on (slice `slice` of Traits::kDqSlices) to the dQ
+  // warp, through this warpgroup's part of the staging buffer. Four consecutive values
+  // per thread, threads interleaved: the order of the accumulator too
   // (hopper/bwd_workspace.h).
   template <class FragDq>
-  __device__ static void store_dq(const BwdParams& p, SharedStorage& smem, const Mask& mask, int tid,
-                                  TileCoord tile, int m_block, const FragDq& dq, int slice) {
+  __device__ static void store_dq(SharedStorage& smem, int tid, const FragDq& dq, int slice) {
     const int wg = tid / 128;
     constexpr int kVecs = decltype(cute::size(dq))::value / 4;
-    if constexpr (kDqWarp) {
-      if constexpr (Traits::kPInDqStaging) {
-        // P lies in warpgroup 0's part: every warpgroup's dV GEMM must be done with it.
-        // That part's wait for the dQ warp came before P was written (bwd_mainloop.cuh).
-        if (slice == 0) barrier_sync(BwdBarrier::kPdS, kConsumerThreads);
-        if (wg != 0 || slice != 0) barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
-      } else {
-        barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
-      }
-      float4* dst = reinterpret_cast<float4*>(smem.dq + wg * Traits::kDqStagedPerWG) + tid % 128;
-      CUTE_UNROLL
-      for (int i = 0; i < kVecs; ++i) dst[i * 128] = make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3));
-      cutlass::arch::fence_view_async_shared();
-      barrier_arrive(dq_full_barrier(wg), kDqBarrierThreads);
+    if constexpr (Traits::kPInDqStaging) {
+      // P lies in warpgroup 0's part: every warpgroup's dV GEMM must be done with it.
+      // That part's wait for the dQ warp came before P was written (bwd_mainloop.cuh).
+      if (slice == 0) barrier_sync(BwdBarrier::kPdS, kConsumerThreads);
+      if (wg != 0 || slice != 0) barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
     } else {
-      const std::int64_t bh = static_cast<std::int64_t>(tile.batch) * p.nheads_q + tile.head;
-      float* block = workspace_floats(p, p.layout.dq_accum) +
-                     (bh * p.layout.m_blocks + m_block) * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
-      float4* dst = reinterpret_cast<float4*>(block + wg * Traits::kDqPerWG) + (slice * kVecs) * 128 + tid % 128;
-      int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + bh * p.layout.m_blocks + m_block : nullptr;
-      const int my_turn = dq_turn(mask, tile.m_block, m_block);
-      if (slice == 0) take_turn(turn, my_turn, tid);
-      CUTE_UNROLL
-      for (int i = 0; i < kVecs; ++i) {
-        atomicAdd(dst + i * 128, make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3)));
-      }
-      if (slice == Traits::kDqSlices - 1) pass_turn(turn, my_turn, tid);
+      barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
     }
+    float4* dst = reinterpret_cast<float4*>(smem.dq + wg * Traits::kDqStagedPerWG) + tid % 128;
+    CUTE_UNROLL
+    for (int i = 0; i < kVecs; ++i) dst[i * 128] = make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3));
+    cutlass::arch::fence_view_async_shared();
+    barrier_arrive(dq_full_barrier(wg), kDqBarrierThreads);
   }
 
   // Deterministic mode (`turn` set): every consumer thread waits until the sums whose

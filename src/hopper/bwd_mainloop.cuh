@@ -7,7 +7,7 @@
 //   slope under a softcap; P and dS to bf16/fp16, dS (and P unless the dK/dV
 //   GEMMs take them from registers) to shared memory; dV += Pᵀ·dO; dQ = dS·K once every
 //   warpgroup's dS is in; dK += dSᵀ·Q while dQ's sum leaves (through shared memory to
-//   the dQ warp's bulk reduce-add, or by red from registers).
+//   the dQ warp's bulk reduce-add).
 // The row statistics come with their tiles: LSE with Q, D with dO.
 #pragma once
 

@@ -193,7 +193,7 @@ struct BwdTraits {
     alignas(1024) Element dout[cute::cosize_v<SmemLayoutDo>];
     alignas(1024) Element p[kDkvRS || kPInDqStaging ? 1 : cute::cosize_v<SmemLayoutPdS>];
     alignas(1024) Element ds[cute::cosize_v<SmemLayoutPdS>];
-    alignas(kPInDqStaging ? 1024 : 128) float dq[kCfg.dq_tma ? kBlockM * kHeadDim / kDqSlices : 4];
+    alignas(kPInDqStaging ? 1024 : 128) float dq[kBlockM * kHeadDim / kDqSlices];
     alignas(128) float lse[kStatsStride * kQStages];
     alignas(128) float dpsum[kStatsStride * kDoStages];
     TileSlot tile;  // the tile whose K/V are loaded; n_block (m_block field) < 0: no more tiles
