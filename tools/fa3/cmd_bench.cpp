@@ -196,22 +196,32 @@ class SweepBuffers {
 };
 
 // The timed pass of one shape. A backward first runs the forward once, untimed, for
-// the out and lse it reads.
+// the out and lse it reads; as either call may refuse the shape (the GPU's backward
+// takes equal head dims only), `refused_by` then names the one that did.
 Status time_shape(const AttentionShape& s, const BenchConfig& c, bool gpu, const TimingConfig& timing,
-                  const SweepBuffers& buffers, Timing* t) {
+                  const SweepBuffers& buffers, Timing* t, std::string* refused_by) {
   cpu::Options cpu_options;
   cpu_options.num_threads = c.exec.threads;
   if (gpu) {
     const ForwardArgs fwd = buffers.device_forward(s);
     if (!c.pass.backward) return time_gpu_forward(fwd, c.exec.kernel, timing, t);
     Status status = run_device_once([&](cudaStream_t stream) { return gpu_forward(fwd, c.exec.kernel, stream); });
-    return status.is_ok() ? time_gpu_backward(buffers.device_backward(s, c.pass.deterministic), timing, t) : status;
+    if (!status.is_ok()) {
+      *refused_by = "fa3::forward";
+      return status;
+    }
+    *refused_by = "fa3::backward";
+    return time_gpu_backward(buffers.device_backward(s, c.pass.deterministic), timing, t);
   }
   const ForwardArgs fwd = buffers.host_forward(s);
   if (!c.pass.backward) return time_cpu_forward(fwd, cpu_options, timing, t);
   Status status = cpu::forward(fwd, cpu_options);
-  return status.is_ok() ? time_cpu_backward(buffers.host_backward(s, c.pass.deterministic), cpu_options, timing, t)
-                        : status;
+  if (!status.is_ok()) {
+    *refused_by = "fa3::cpu::forward";
+    return status;
+  }
+  *refused_by = "fa3::cpu::backward";
+  return time_cpu_backward(buffers.host_backward(s, c.pass.deterministic), cpu_options, timing, t);
 }
 
 }  // namespace
@@ -240,14 +250,15 @@ int bench_command(const std::vector<std::string>& args) {
       BenchRecord r = record_for(s, config, path);
       progress.show(i, shape_label(r.hdim, r.hdim_v, r.causal, r.seqlen));
       Timing t;
-      Status status = time_shape(s, config, gpu, timing, buffers, &t);
+      std::string refused_by;
+      Status status = time_shape(s, config, gpu, timing, buffers, &t, &refused_by);
       Problem problem;
       if (status.is_ok()) status = validate_forward(buffers.host_forward(s), cpu_target(), &problem);
       if (status.is_ok()) {
         r.ms = t.median_ms;
         r.tflops = flops_factor * problem.forward_flops() / (t.median_ms * 1e-3) / 1e12;
       } else {
-        r.error = status.to_string();
+        r.error = (refused_by.empty() ? "" : refused_by + ": ") + status.to_string();
       }
       records.push_back(r);
     }

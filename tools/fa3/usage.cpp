@@ -151,8 +151,9 @@ GPU's name or "cpu"}, with "hdim_v" after "hdim" when --head-dim-v is given, and
 for "bwd" "deterministic" (true | false) last; the CSV has the same columns.
 TFLOP/s count the forward's FLOPs as 2 x batch x nheads x seqlen^2 x (hdim +
 hdim_v), halved when causal (hdim_v = hdim without --head-dim-v). A shape the
-library rejects is reported and left out of the files, and the exit status is
-then 1.
+library rejects is reported (in a backward sweep with the call that refused it:
+the untimed forward or the backward) and left out of the files, and the exit
+status is then 1.
 )";
 }
 

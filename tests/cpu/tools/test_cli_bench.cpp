@@ -218,7 +218,10 @@ TEST_F(CliBench, BackwardRejectedShapeExitsOneAndIsLeftOut) {
   const CliResult r = run_cli("bench --backward --device cpu --head-dims 16,300 --seqlens 16 --tokens 16 "
                               "--hidden 300 --iters 1 --warmup 0 --non-causal --json " + json_);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(contains(r.err, "q: head dim 300 is not supported")) << r.err;
+  // The untimed forward refused it, before the backward was called.
+  EXPECT_TRUE(contains(r.err, "fa3 bench: hdim 300 non-causal seqlen 16: fa3::cpu::forward: not supported: q: head "
+                              "dim 300 is not supported"))
+      << r.err;
   const auto doc = parse_json(read_file(json_));
   ASSERT_TRUE(doc.has_value()) << read_file(json_);
   ASSERT_EQ(doc->array.size(), 1u);
@@ -296,7 +299,7 @@ TEST_F(CliBench, HeadDimVBackward) {
 }
 
 // A V head dim past the CPU path's is refused shape by shape; the message names the
-// shape with both head dims.
+// shape with both head dims and, in a backward sweep, the call that refused.
 TEST_F(CliBench, HeadDimVPastTheCpuPathIsReportedAndLeftOut) {
   const CliResult fwd = run_cli("bench --device cpu --head-dims 16 --head-dim-v 600 --seqlens 16 --tokens 16 "
                                 "--hidden 32 --iters 1 --warmup 0 --non-causal --json " + json_);
@@ -311,11 +314,11 @@ TEST_F(CliBench, HeadDimVPastTheCpuPathIsReportedAndLeftOut) {
                                 "--tokens 16 --hidden 32 --iters 1 --warmup 0 --non-causal");
   EXPECT_EQ(bwd.exit_code, 1);
   EXPECT_EQ(bwd.err,
-            "fa3 bench: hdim 16 (v 600) non-causal seqlen 16: not supported: v: head dim 600 is not supported; "
-            "supported: 1 to 512\n");
+            "fa3 bench: hdim 16 (v 600) non-causal seqlen 16: fa3::cpu::forward: not supported: v: head dim 600 is "
+            "not supported; supported: 1 to 512\n");
 }
 
-// The GPU backward takes equal head dims only: each shape is refused, by the backward
+// The GPU backward takes equal head dims only: each shape is refused, by fa3::backward
 // when the build holds the (192, 128) forward, else by the forward.
 TEST_F(CliBench, HeadDimVBackwardOnTheGpuIsRefused) {
   const BuildInfo& build = build_info();
@@ -325,9 +328,9 @@ TEST_F(CliBench, HeadDimVBackwardOnTheGpuIsRefused) {
                               "--tokens 256 --hidden 384 --iters 1 --warmup 0 --non-causal --json " + json_);
   EXPECT_EQ(r.exit_code, 1);
   const std::string shape = "fa3 bench: hdim 192 (v 128) non-causal seqlen 128: ";
-  EXPECT_TRUE(contains(r.err, shape + "not supported: v: head dim 128 differs from q's head dim 192; a separate V "
-                                      "head dim is not implemented on the GPU yet") ||
-              contains(r.err, shape + "not supported: no forward kernel was built"))
+  EXPECT_TRUE(contains(r.err, shape + "fa3::backward: not supported: v: head dim 128 differs from q's head dim 192; "
+                                      "a separate V head dim is not implemented on the GPU yet") ||
+              contains(r.err, shape + "fa3::forward: not supported: no forward kernel was built"))
       << r.err;
   EXPECT_EQ(read_file(json_), "[]\n");
 }
