@@ -13,13 +13,14 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
                on the next built head dim K, against that head dim's own call
                (variant "hdimK"); same batch, seqlen and 16 heads, FLOPs of D
 
-FLOPs count the visible (query, key) pairs exactly (4 * pairs * hdim per head for the
-forward, 2.5x that for the backward), so a window's TFLOP/s is comparable with full
+FLOPs count the visible (query, key) pairs exactly (2 * pairs * (hdim + hdim_v) per
+head for the forward: S = QK^T costs hdim, O = PV hdim_v, 4 * pairs * hdim when they
+are equal; 2.5x that for the backward), so a window's TFLOP/s is comparable with full
 attention's, and its speedup over full attention is in the table. Timing as in
 bench_attention.py (triton's do_bench median, L2 flushed). Every variant's output is
 first checked against an fp32 reference on a slice of heads. Writes
 <out-dir>/<YYYY-MM-DD>-<gpu>-variants.json (records: impl, pass, variant, dtype, hdim,
-causal, seqlen, batch, nheads, ms, tflops, gpu).
+hdim_v, causal, seqlen, batch, nheads, ms, tflops, gpu).
 
     python bench/bench_variants.py
     python bench/bench_variants.py --seqlen 8192 --hdim 64 --passes fwd
@@ -63,7 +64,8 @@ def visible_pairs(seqlen, causal, window, chunk=0):
 
 
 def reference(q, k, v, causal, window, softcap, sinks, chunk=0, heads=2):
-    """fp32 attention of the first `heads` heads."""
+    """fp32 attention of the first `heads` heads: the scale is q's head dim's, the
+    output has v's head dim."""
     qf, kf, vf = (t[:, :, :heads].float().transpose(1, 2) for t in (q, k, v))
     scores = qf @ kf.transpose(-1, -2) / q.shape[-1] ** 0.5
     if softcap > 0:
@@ -179,11 +181,15 @@ def run(args, gpu):
 
 
 def timed_record(fn, pass_, variant, baseline, shape, args, gpu, **fields):
-    """fn timed, as a JSON record: FLOPs count the shape's visible (query, key) pairs."""
+    """fn timed, as a JSON record: FLOPs count the shape's visible (query, key) pairs,
+    each costing 2 * hdim (S = QK^T) and 2 * hdim_v (O = PV); the shape's hdim_v is its
+    hdim unless it says otherwise."""
     ms = median_ms(fn, args.rep_ms)
-    flops = 4.0 * shape["batch"] * shape["nheads"] * shape["pairs"] * shape["hdim"] * (2.5 if pass_ == "bwd" else 1.0)
+    shape = {"hdim_v": shape["hdim"], **shape}
+    pair_flops = 2.0 * (shape["hdim"] + shape["hdim_v"])
+    flops = shape["batch"] * shape["nheads"] * shape["pairs"] * pair_flops * (2.5 if pass_ == "bwd" else 1.0)
     record = {"impl": "fa3", "pass": pass_, "variant": variant, "baseline": baseline, "dtype": "bf16"}
-    record.update((key, shape[key]) for key in ("hdim", "causal", "seqlen", "batch", "nheads"))
+    record.update((key, shape[key]) for key in ("hdim", "hdim_v", "causal", "seqlen", "batch", "nheads"))
     record.update(fields)
     record.update({"ms": ms, "tflops": flops / ms / 1e9, "gpu": gpu})
     return record
