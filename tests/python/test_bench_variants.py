@@ -1,5 +1,6 @@
-"""bench/bench_variants.py where no GPU is needed: the FLOPs of its records, and its
-fp32 reference with a V head dim of its own (against fa3's CPU path).
+"""bench/bench_variants.py where no GPU is needed: its options, the FLOPs of its
+records, its fp32 reference with a V head dim of its own (against fa3's CPU path),
+and the head dim pairs it skips.
 """
 
 import sys
@@ -14,6 +15,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_variants  # noqa: E402
 
 import fa3  # noqa: E402
+
+
+def test_head_dim_v_pairs_default_to_deepseek_v3s():
+    assert bench_variants.parse_args([]).head_dim_v_pairs == [(192, 128)]
+
+
+@pytest.mark.parametrize(
+    "text, pairs",
+    [("192:128", [(192, 128)]), ("192:128,64:256", [(192, 128), (64, 256)]), ("", [])],
+)
+def test_head_dim_v_pairs_parse(text, pairs):
+    assert bench_variants.parse_args(["--head-dim-v-pairs", text]).head_dim_v_pairs == pairs
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("192", "expected QK:V head dims such as 192:128, got '192'"),
+        ("192:", "got '192:'"),
+        ("a:128", "got 'a:128'"),
+        ("192:0", "got '192:0'"),
+        ("192:-128", "got '192:-128'"),
+        ("192:128;64:256", "got '192:128;64:256'"),
+        ("128:128", "128:128: V's head dim equals QK's"),
+    ],
+)
+def test_bad_head_dim_v_pairs_are_usage_errors(text, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_variants.parse_args([f"--head-dim-v-pairs={text}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--head-dim-v-pairs" in err and message in err
 
 
 @pytest.fixture
@@ -73,3 +106,15 @@ def test_check_fails_an_output_of_other_values():
     out = fa3.flash_attn_func(q, k, qkv(192, 128, seed=1)[2])
     with pytest.raises(SystemExit, match="fa3 output off by"):
         bench_variants.check(out, q, k, v, False, (-1, -1), 0.0, None)
+
+
+def test_pairs_skip_a_build_without_the_qk_head_dim(monkeypatch, capsys):
+    monkeypatch.setattr(fa3, "build_info", lambda: {"head_dims": [64, 128]})
+    args = bench_variants.parse_args(["--passes", "fwd", "--head-dim-v-pairs", "192:128"])
+    assert bench_variants.run_head_dim_pairs(args, "gpu") == []
+    assert "skipping qk192v128: this build has no head dim 192 kernels" in capsys.readouterr().err
+
+
+def test_pairs_time_no_backward():
+    args = bench_variants.parse_args(["--passes", "bwd"])
+    assert bench_variants.run_head_dim_pairs(args, "gpu") == []
