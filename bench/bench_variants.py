@@ -12,21 +12,31 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
   hdimD        a head dim D without kernels of its own (--odd-hdims, default 80), run
                on the next built head dim K, against that head dim's own call
                (variant "hdimK"); same batch, seqlen and 16 heads, FLOPs of D
+  qk192v128    a V head dim of its own, DeepSeek-V3's: q and k of head dim 192, v and
+               out of 128, against head dim 192's plain call (variant "hdim192");
+               --head-dim-v-pairs QK:V,... picks the pairs (default 192:128), each
+               a variant "qkQKvV" against "hdimQK"; same batch, seqlen and 16 heads.
+               Forward only: the GPU backward takes equal head dims only, so no bwd
+               pass is timed. Skipped, with a note, when the build has no kernel for
+               the pair
 
-FLOPs count the visible (query, key) pairs exactly (4 * pairs * hdim per head for the
-forward, 2.5x that for the backward), so a window's TFLOP/s is comparable with full
+FLOPs count the visible (query, key) pairs exactly (2 * pairs * (hdim + hdim_v) per
+head for the forward: S = QK^T costs hdim, O = PV hdim_v, 4 * pairs * hdim when they
+are equal; 2.5x that for the backward), so a window's TFLOP/s is comparable with full
 attention's, and its speedup over full attention is in the table. Timing as in
 bench_attention.py (triton's do_bench median, L2 flushed). Every variant's output is
 first checked against an fp32 reference on a slice of heads. Writes
 <out-dir>/<YYYY-MM-DD>-<gpu>-variants.json (records: impl, pass, variant, dtype, hdim,
-causal, seqlen, batch, nheads, ms, tflops, gpu).
+hdim_v, causal, seqlen, batch, nheads, ms, tflops, gpu).
 
     python bench/bench_variants.py
     python bench/bench_variants.py --seqlen 8192 --hdim 64 --passes fwd
+    python bench/bench_variants.py --passes fwd --head-dim-v-pairs 192:128,64:256
 """
 
 import argparse
 import datetime
+import functools
 import json
 import sys
 from pathlib import Path
@@ -63,7 +73,8 @@ def visible_pairs(seqlen, causal, window, chunk=0):
 
 
 def reference(q, k, v, causal, window, softcap, sinks, chunk=0, heads=2):
-    """fp32 attention of the first `heads` heads."""
+    """fp32 attention of the first `heads` heads: the scale is q's head dim's, the
+    output has v's head dim."""
     qf, kf, vf = (t[:, :, :heads].float().transpose(1, 2) for t in (q, k, v))
     scores = qf @ kf.transpose(-1, -2) / q.shape[-1] ** 0.5
     if softcap > 0:
@@ -179,11 +190,15 @@ def run(args, gpu):
 
 
 def timed_record(fn, pass_, variant, baseline, shape, args, gpu, **fields):
-    """fn timed, as a JSON record: FLOPs count the shape's visible (query, key) pairs."""
+    """fn timed, as a JSON record: FLOPs count the shape's visible (query, key) pairs,
+    each costing 2 * hdim (S = QK^T) and 2 * hdim_v (O = PV); the shape's hdim_v is its
+    hdim unless it says otherwise."""
     ms = median_ms(fn, args.rep_ms)
-    flops = 4.0 * shape["batch"] * shape["nheads"] * shape["pairs"] * shape["hdim"] * (2.5 if pass_ == "bwd" else 1.0)
+    shape = {"hdim_v": shape["hdim"], **shape}
+    pair_flops = 2.0 * (shape["hdim"] + shape["hdim_v"])
+    flops = shape["batch"] * shape["nheads"] * shape["pairs"] * pair_flops * (2.5 if pass_ == "bwd" else 1.0)
     record = {"impl": "fa3", "pass": pass_, "variant": variant, "baseline": baseline, "dtype": "bf16"}
-    record.update((key, shape[key]) for key in ("hdim", "causal", "seqlen", "batch", "nheads"))
+    record.update((key, shape[key]) for key in ("hdim", "hdim_v", "causal", "seqlen", "batch", "nheads"))
     record.update(fields)
     record.update({"ms": ms, "tflops": flops / ms / 1e9, "gpu": gpu})
     return record
@@ -233,6 +248,48 @@ def run_head_dims(args, gpu):
     return records
 
 
+def run_head_dim_pairs(args, gpu):
+    """Each (QK, V) pair of --head-dim-v-pairs on its own kernels, and QK's plain call:
+    what a narrower (or wider) V costs. Forward only: the GPU backward takes equal head
+    dims only. A pair the build has no kernel for is skipped with a note on stderr."""
+    if "fwd" not in args.passes:
+        return []
+    built = fa3.build_info()["head_dims"]
+    seqlen, nheads = args.seqlen, 16
+    batch = max(TOKENS // seqlen, 1)
+    records = []
+    for hdim, hdim_v in args.head_dim_v_pairs:
+        variant, baseline = f"qk{hdim}v{hdim_v}", f"hdim{hdim}"
+        # The pair's kernels are built with its QK head dim's (FA3_HEAD_DIM_PAIRS).
+        if hdim not in built:
+            print(f"bench_variants: skipping {variant}: this build has no head dim {hdim} kernels", file=sys.stderr)
+            continue
+        for causal in (False, True):
+            q, k = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            # The pair first: when the build lacks its kernels, the baseline is not timed either.
+            values = {
+                name: torch.randn(batch, seqlen, nheads, dim_v, device="cuda", dtype=torch.bfloat16)
+                for name, dim_v in ((variant, hdim_v), (baseline, hdim))
+            }
+
+            def forward(v, q=q, k=k, causal=causal):
+                return fa3.flash_attn_func(q, k, v, causal=causal)
+
+            try:
+                errs = {name: check(forward(v), q, k, v, causal, (-1, -1), 0.0, None) for name, v in values.items()}
+            except NotImplementedError as e:  # the QK head dim is built, the pair is not
+                mask = "causal" if causal else "non-causal"
+                print(f"bench_variants: skipping {variant} ({mask}): {e}", file=sys.stderr)
+                continue
+            pairs = visible_pairs(seqlen, causal, (-1, -1))
+            for name, v in values.items():
+                shape = dict(hdim=hdim, hdim_v=v.shape[-1], causal=causal, seqlen=seqlen, batch=batch, nheads=nheads)
+                shape["pairs"] = pairs
+                timed = functools.partial(forward, v)
+                records.append(timed_record(timed, "fwd", name, baseline, shape, args, gpu, rel_err=errs[name]))
+    return records
+
+
 def print_table(records):
     ms = {(r["pass"], r["causal"], r["variant"]): r["ms"] for r in records}
     print("| pass | causal | variant | ms | TFLOP/s | time vs baseline |")
@@ -245,7 +302,20 @@ def print_table(records):
         )
 
 
-def main(argv=None):
+def head_dim_pairs(text):
+    """--head-dim-v-pairs: "192:128,64:256" is [(192, 128), (64, 256)], "" is []."""
+    pairs = []
+    for item in filter(None, text.split(",")):
+        hdim, sep, hdim_v = item.partition(":")
+        if not (sep and hdim.isdigit() and hdim_v.isdigit() and int(hdim) > 0 and int(hdim_v) > 0):
+            raise argparse.ArgumentTypeError(f"expected QK:V head dims such as 192:128, got {item!r}")
+        if int(hdim) == int(hdim_v):
+            raise argparse.ArgumentTypeError(f"{item}: V's head dim equals QK's; that is the baseline's plain call")
+        pairs.append((int(hdim), int(hdim_v)))
+    return pairs
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seqlen", type=int, default=16384)
     parser.add_argument("--hdim", type=int, default=128)
@@ -256,13 +326,23 @@ def main(argv=None):
     parser.add_argument(
         "--odd-hdims", type=int, nargs="*", default=[80], help="head dims without kernels of their own to time"
     )
+    parser.add_argument(
+        "--head-dim-v-pairs",
+        type=head_dim_pairs,
+        default="192:128",
+        help="QK:V head dim pairs to time against QK's plain call, comma-separated (default 192:128; empty: none)",
+    )
     parser.add_argument("--rep-ms", type=int, default=200)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_variants.py needs a CUDA GPU")
     gpu = torch.cuda.get_device_name()
-    records = run(args, gpu) + run_head_dims(args, gpu)
+    records = run(args, gpu) + run_head_dims(args, gpu) + run_head_dim_pairs(args, gpu)
     print_table(records)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}-variants.json"

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -58,9 +59,10 @@ std::string to_json(const std::vector<BenchRecord>& records) {
   for (const BenchRecord& r : records) {
     if (!r.error.empty()) continue;
     s << (first ? "\n" : ",\n") << "  {\"impl\": \"fa3\", \"pass\": " << json_string(r.pass)
-      << ", \"dtype\": " << json_string(r.dtype) << ", \"hdim\": " << r.hdim
-      << ", \"causal\": " << (r.causal ? "true" : "false") << ", \"seqlen\": " << r.seqlen
-      << ", \"batch\": " << r.batch << ", \"nheads\": " << r.nheads << ", \"tflops\": " << exact_number(r.tflops)
+      << ", \"dtype\": " << json_string(r.dtype) << ", \"hdim\": " << r.hdim;
+    if (r.hdim_v > 0) s << ", \"hdim_v\": " << r.hdim_v;
+    s << ", \"causal\": " << (r.causal ? "true" : "false") << ", \"seqlen\": " << r.seqlen << ", \"batch\": " << r.batch
+      << ", \"nheads\": " << r.nheads << ", \"tflops\": " << exact_number(r.tflops)
       << ", \"ms\": " << exact_number(r.ms) << ", \"device\": " << json_string(r.device)
       << ", \"gpu\": " << json_string(r.gpu);
     if (r.pass == "bwd") s << ", \"deterministic\": " << (r.deterministic ? "true" : "false");
@@ -71,17 +73,17 @@ std::string to_json(const std::vector<BenchRecord>& records) {
   return s.str();
 }
 
-std::string to_csv(const std::vector<BenchRecord>& records, bool backward) {
+std::string to_csv(const std::vector<BenchRecord>& records, const CsvColumns& columns) {
   std::ostringstream s;
-  s << "impl,pass,dtype,hdim,causal,seqlen,batch,nheads,tflops,ms,device,gpu" << (backward ? ",deterministic" : "")
-    << '\n';
+  s << "impl,pass,dtype,hdim" << (columns.hdim_v ? ",hdim_v" : "") << ",causal,seqlen,batch,nheads,tflops,ms,device,gpu"
+    << (columns.deterministic ? ",deterministic" : "") << '\n';
   for (const BenchRecord& r : records) {
     if (!r.error.empty()) continue;
-    s << "fa3," << csv_field(r.pass) << ',' << csv_field(r.dtype) << ',' << r.hdim << ','
-      << (r.causal ? "true" : "false") << ',' << r.seqlen << ',' << r.batch << ',' << r.nheads << ','
-      << exact_number(r.tflops) << ',' << exact_number(r.ms) << ',' << csv_field(r.device) << ','
-      << csv_field(r.gpu);
-    if (backward) s << ',' << (r.deterministic ? "true" : "false");
+    s << "fa3," << csv_field(r.pass) << ',' << csv_field(r.dtype) << ',' << r.hdim;
+    if (columns.hdim_v) s << ',' << r.hdim_v;
+    s << ',' << (r.causal ? "true" : "false") << ',' << r.seqlen << ',' << r.batch << ',' << r.nheads << ','
+      << exact_number(r.tflops) << ',' << exact_number(r.ms) << ',' << csv_field(r.device) << ',' << csv_field(r.gpu);
+    if (columns.deterministic) s << ',' << (r.deterministic ? "true" : "false");
     s << '\n';
   }
   return s.str();
@@ -96,17 +98,30 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 std::string table(const std::vector<BenchRecord>& records) {
+  const bool hdim_v = std::any_of(records.begin(), records.end(), [](const BenchRecord& r) { return r.hdim_v > 0; });
   std::ostringstream s;
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%5s %7s %7s %6s %7s %12s %10s\n", "hdim", "causal", "seqlen", "batch", "nheads",
-                "ms", "TFLOP/s");
+  std::snprintf(buf, sizeof buf, "%5s", "hdim");
+  s << buf;
+  if (hdim_v) {
+    std::snprintf(buf, sizeof buf, " %6s", "hdim_v");
+    s << buf;
+  }
+  std::snprintf(buf, sizeof buf, " %7s %7s %6s %7s %12s %10s\n", "causal", "seqlen", "batch", "nheads", "ms",
+                "TFLOP/s");
   s << buf;
   for (const BenchRecord& r : records) {
     const std::string ms = r.error.empty() ? fixed(r.ms, 4) : "rejected";
     const std::string tflops = r.error.empty() ? significant(r.tflops, 3) : "-";
-    std::snprintf(buf, sizeof buf, "%5lld %7s %7lld %6lld %7lld %12s %10s\n", static_cast<long long>(r.hdim),
-                  r.causal ? "yes" : "no", static_cast<long long>(r.seqlen), static_cast<long long>(r.batch),
-                  static_cast<long long>(r.nheads), ms.c_str(), tflops.c_str());
+    std::snprintf(buf, sizeof buf, "%5lld", static_cast<long long>(r.hdim));
+    s << buf;
+    if (hdim_v) {
+      std::snprintf(buf, sizeof buf, " %6lld", static_cast<long long>(r.hdim_v));
+      s << buf;
+    }
+    std::snprintf(buf, sizeof buf, " %7s %7lld %6lld %7lld %12s %10s\n", r.causal ? "yes" : "no",
+                  static_cast<long long>(r.seqlen), static_cast<long long>(r.batch), static_cast<long long>(r.nheads),
+                  ms.c_str(), tflops.c_str());
     s << buf;
   }
   return s.str();

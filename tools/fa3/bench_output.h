@@ -14,6 +14,7 @@ struct BenchRecord {
   bool deterministic = false;  // bwd only: BackwardArgs::deterministic
   std::string dtype;
   std::int64_t hdim = 0;
+  std::int64_t hdim_v = 0;  // --head-dim-v's; 0: not asked for, and the files leave the field out
   bool causal = false;
   std::int64_t seqlen = 0;
   std::int64_t batch = 0;
@@ -25,16 +26,23 @@ struct BenchRecord {
   std::string error;   // why the library rejected the shape; such records are not written
 };
 
-// Records without an error, as {"impl": "fa3", "pass": "fwd", ...} objects; "bwd"
-// records end with "deterministic".
+// Records without an error, as {"impl": "fa3", "pass": "fwd", ...} objects; "hdim_v"
+// follows "hdim" when the record has one, and "bwd" records end with "deterministic".
 std::string to_json(const std::vector<BenchRecord>& records);
-// The same as CSV, one record a line; `backward` adds the deterministic column (a file
-// holds one sweep, so one pass).
-std::string to_csv(const std::vector<BenchRecord>& records, bool backward);
+
+// The CSV columns beyond the fixed ones. A file holds one sweep, so every record has
+// them or none does.
+struct CsvColumns {
+  bool hdim_v = false;         // after hdim: the sweep asked for a V head dim
+  bool deterministic = false;  // last: a backward sweep
+};
+// The same as CSV, one record a line.
+std::string to_csv(const std::vector<BenchRecord>& records, const CsvColumns& columns);
 // Throws RunError when the file cannot be written.
 void write_file(const std::string& path, const std::string& text);
 
-// Every record, failures included, aligned in columns.
+// Every record, failures included, aligned in columns; an hdim_v column when any record
+// has one.
 std::string table(const std::vector<BenchRecord>& records);
 
 // "[3/36] hdim 128 causal seqlen 2048 ..." rewritten in place, when stdout is a

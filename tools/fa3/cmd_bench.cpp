@@ -42,8 +42,9 @@ const SweepDefaults kCpuSweep{{64, 128}, {128, 256, 512}, 1024, 512, {1, 3}};
 const SweepDefaults kCpuBackwardSweep{{64, 128}, {128, 256}, 512, 256, {0, 1}};
 
 struct BenchConfig {
-  std::vector<std::int64_t> head_dims;  // empty: the path's default
-  std::vector<std::int64_t> seqlens;    // empty: the path's default
+  std::vector<std::int64_t> head_dims;     // empty: the path's default
+  std::vector<std::int64_t> seqlens;       // empty: the path's default
+  std::optional<std::int64_t> head_dim_v;  // of every shape's v and out; unset: its head dim
   bool causal_only = false;
   bool non_causal_only = false;
   std::optional<std::int64_t> tokens;
@@ -65,6 +66,7 @@ BenchConfig parse_bench(const std::vector<std::string>& args) {
   BenchConfig c;
   std::vector<Flag> flags = {
       {"head-dims", true, [&](const std::string& v) { c.head_dims = parse_int_list("head-dims", v, 1, kMaxSize); }},
+      size_flag("head-dim-v", &c.head_dim_v),
       {"seqlens", true, [&](const std::string& v) { c.seqlens = parse_int_list("seqlens", v, 1, kMaxSize); }},
       {"causal", false, [&](const std::string&) { c.causal_only = true; }},
       {"non-causal", false, [&](const std::string&) { c.non_causal_only = true; }},
@@ -112,6 +114,7 @@ std::vector<AttentionShape> sweep_shapes(const BenchConfig& c, const SweepDefaul
         s.seqlen_q = s.seqlen_k = seqlen;
         s.nheads_q = s.nheads_kv = std::max<std::int64_t>(1, hidden / d);
         s.head_dim = d;
+        s.head_dim_v = c.head_dim_v.value_or(d);
         s.dtype = c.exec.dtype;
         s.options.causal = causal;
         shapes.push_back(s);
@@ -121,18 +124,21 @@ std::vector<AttentionShape> sweep_shapes(const BenchConfig& c, const SweepDefaul
   return shapes;
 }
 
-std::string progress_label(const AttentionShape& s) {
-  return "hdim " + std::to_string(s.head_dim) + (s.options.causal ? " causal" : " non-causal") + " seqlen " +
-         std::to_string(s.seqlen_q);
+// "hdim 128 causal seqlen 2048", or "hdim 192 (v 128) causal seqlen 2048" when the sweep
+// asked for a V head dim.
+std::string shape_label(std::int64_t hdim, std::int64_t hdim_v, bool causal, std::int64_t seqlen) {
+  return "hdim " + std::to_string(hdim) + (hdim_v > 0 ? " (v " + std::to_string(hdim_v) + ")" : "") +
+         (causal ? " causal" : " non-causal") + " seqlen " + std::to_string(seqlen);
 }
 
 // The record of a shape, its timing still to fill in.
-BenchRecord record_for(const AttentionShape& s, const PathChoice& path, const PassOptions& pass) {
+BenchRecord record_for(const AttentionShape& s, const BenchConfig& c, const PathChoice& path) {
   BenchRecord r;
-  r.pass = pass.backward ? "bwd" : "fwd";
-  r.deterministic = pass.deterministic;
+  r.pass = c.pass.backward ? "bwd" : "fwd";
+  r.deterministic = c.pass.deterministic;
   r.dtype = dtype_name(s.dtype);
   r.hdim = s.head_dim;
+  if (c.head_dim_v) r.hdim_v = s.value_dim();
   r.causal = s.options.causal;
   r.seqlen = s.seqlen_q;
   r.batch = s.batch;
@@ -190,22 +196,32 @@ class SweepBuffers {
 };
 
 // The timed pass of one shape. A backward first runs the forward once, untimed, for
-// the out and lse it reads.
+// the out and lse it reads; as either call may refuse the shape (the GPU's backward
+// takes equal head dims only), `refused_by` then names the one that did.
 Status time_shape(const AttentionShape& s, const BenchConfig& c, bool gpu, const TimingConfig& timing,
-                  const SweepBuffers& buffers, Timing* t) {
+                  const SweepBuffers& buffers, Timing* t, std::string* refused_by) {
   cpu::Options cpu_options;
   cpu_options.num_threads = c.exec.threads;
   if (gpu) {
     const ForwardArgs fwd = buffers.device_forward(s);
     if (!c.pass.backward) return time_gpu_forward(fwd, c.exec.kernel, timing, t);
     Status status = run_device_once([&](cudaStream_t stream) { return gpu_forward(fwd, c.exec.kernel, stream); });
-    return status.is_ok() ? time_gpu_backward(buffers.device_backward(s, c.pass.deterministic), timing, t) : status;
+    if (!status.is_ok()) {
+      *refused_by = "fa3::forward";
+      return status;
+    }
+    *refused_by = "fa3::backward";
+    return time_gpu_backward(buffers.device_backward(s, c.pass.deterministic), timing, t);
   }
   const ForwardArgs fwd = buffers.host_forward(s);
   if (!c.pass.backward) return time_cpu_forward(fwd, cpu_options, timing, t);
   Status status = cpu::forward(fwd, cpu_options);
-  return status.is_ok() ? time_cpu_backward(buffers.host_backward(s, c.pass.deterministic), cpu_options, timing, t)
-                        : status;
+  if (!status.is_ok()) {
+    *refused_by = "fa3::cpu::forward";
+    return status;
+  }
+  *refused_by = "fa3::cpu::backward";
+  return time_cpu_backward(buffers.host_backward(s, c.pass.deterministic), cpu_options, timing, t);
 }
 
 }  // namespace
@@ -231,17 +247,18 @@ int bench_command(const std::vector<std::string>& args) {
     Progress progress(shapes.size());
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       const AttentionShape& s = shapes[i];
-      progress.show(i, progress_label(s));
-      BenchRecord r = record_for(s, path, config.pass);
+      BenchRecord r = record_for(s, config, path);
+      progress.show(i, shape_label(r.hdim, r.hdim_v, r.causal, r.seqlen));
       Timing t;
-      Status status = time_shape(s, config, gpu, timing, buffers, &t);
+      std::string refused_by;
+      Status status = time_shape(s, config, gpu, timing, buffers, &t, &refused_by);
       Problem problem;
       if (status.is_ok()) status = validate_forward(buffers.host_forward(s), cpu_target(), &problem);
       if (status.is_ok()) {
         r.ms = t.median_ms;
         r.tflops = flops_factor * problem.forward_flops() / (t.median_ms * 1e-3) / 1e12;
       } else {
-        r.error = status.to_string();
+        r.error = (refused_by.empty() ? "" : refused_by + ": ") + status.to_string();
       }
       records.push_back(r);
     }
@@ -251,12 +268,13 @@ int bench_command(const std::vector<std::string>& args) {
   bool failed = false;
   for (const BenchRecord& r : records) {
     if (r.error.empty()) continue;
-    std::fprintf(stderr, "fa3 bench: hdim %lld %s seqlen %lld: %s\n", static_cast<long long>(r.hdim),
-                 r.causal ? "causal" : "non-causal", static_cast<long long>(r.seqlen), r.error.c_str());
+    std::fprintf(stderr, "fa3 bench: %s: %s\n", shape_label(r.hdim, r.hdim_v, r.causal, r.seqlen).c_str(),
+                 r.error.c_str());
     failed = true;
   }
   if (!config.json_path.empty()) write_file(config.json_path, to_json(records));
-  if (!config.csv_path.empty()) write_file(config.csv_path, to_csv(records, config.pass.backward));
+  if (!config.csv_path.empty())
+    write_file(config.csv_path, to_csv(records, {config.head_dim_v.has_value(), config.pass.backward}));
   return failed ? kExitError : kExitOk;
 }
 

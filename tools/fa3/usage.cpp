@@ -124,7 +124,11 @@ options:
                      allocated once for the sweep; TFLOP/s count 2.5x the
                      forward's FLOPs
   --deterministic    with --backward: the deterministic backward
-  --head-dims LIST   comma-separated head dims
+  --head-dims LIST   comma-separated head dims (of q and k)
+  --head-dim-v N     head dim of v and out in every shape (default: the shape's
+                     head dim), such as DeepSeek-V3's --head-dims 192
+                     --head-dim-v 128; nheads still count the head dim of q
+                     and k. The GPU backward takes equal head dims only
   --seqlens LIST     comma-separated sequence lengths
   --causal           causal shapes only
   --non-causal       non-causal shapes only (neither or both: both)
@@ -143,9 +147,13 @@ options:
 
 A record: {"impl": "fa3", "pass": "fwd" | "bwd", "dtype", "hdim", "causal",
 "seqlen", "batch", "nheads", "tflops", "ms", "device": "gpu" | "cpu", "gpu": the
-GPU's name or "cpu"}, and for "bwd" "deterministic" (true | false) last; the CSV
-of a backward sweep has that column too. A shape the library rejects is reported
-and left out of the files, and the exit status is then 1.
+GPU's name or "cpu"}, with "hdim_v" after "hdim" when --head-dim-v is given, and
+for "bwd" "deterministic" (true | false) last; the CSV has the same columns.
+TFLOP/s count the forward's FLOPs as 2 x batch x nheads x seqlen^2 x (hdim +
+hdim_v), halved when causal (hdim_v = hdim without --head-dim-v). A shape the
+library rejects is reported (in a backward sweep with the call that refused it:
+the untimed forward or the backward) and left out of the files, and the exit
+status is then 1.
 )";
 }
 

@@ -1,7 +1,9 @@
 // `fa3 bench` on the CPU with a tiny sweep, forward and backward: the table, and JSON
-// and CSV files with the documented fields, one record per shape.
+// and CSV files with the documented fields, one record per shape; with a V head dim of
+// its own too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "fa3/device.h"
 #include "json_reader.h"
 
 namespace fa3::test {
@@ -21,11 +24,33 @@ const std::vector<std::string> kFields = {"impl",  "pass",   "dtype",  "hdim", "
 const char* const kTinySweep =
     "bench --device cpu --head-dims 32,64 --seqlens 32,64 --tokens 128 --hidden 128 --iters 1 --warmup 0";
 
-// The forward's FLOPs of a record's shape, counted as the FlashAttention papers do.
+// The forward's FLOPs of a record's shape, counted as the FlashAttention papers do:
+// 4 x batch x nheads x seqlen^2 x hdim, halved when causal.
 double forward_flops(const JsonValue& rec) {
   const double flops = 4 * rec.find("batch")->number * rec.find("nheads")->number * rec.find("seqlen")->number *
                        rec.find("seqlen")->number * rec.find("hdim")->number;
   return rec.find("causal")->boolean ? flops / 2 : flops;
+}
+
+// The same with v's head dim of its own: S = QK^T costs 2 x hdim a (query, key) pair,
+// O = PV 2 x hdim_v.
+double forward_flops_hdim_v(const JsonValue& rec) {
+  const double flops = 2 * rec.find("batch")->number * rec.find("nheads")->number * rec.find("seqlen")->number *
+                       rec.find("seqlen")->number * (rec.find("hdim")->number + rec.find("hdim_v")->number);
+  return rec.find("causal")->boolean ? flops / 2 : flops;
+}
+
+// kFields with "hdim_v" after "hdim".
+std::vector<std::string> fields_with_hdim_v() {
+  std::vector<std::string> fields = kFields;
+  fields.insert(std::find(fields.begin(), fields.end(), "hdim") + 1, "hdim_v");
+  return fields;
+}
+
+std::vector<std::string> keys_of(const JsonValue& rec) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : rec.object) keys.push_back(k);
+  return keys;
 }
 
 double record_flops(const JsonValue& rec) { return rec.find("tflops")->number * 1e12 * rec.find("ms")->number * 1e-3; }
@@ -119,6 +144,7 @@ TEST_F(CliBench, PrintsTableWithoutProgressWhenPiped) {
   ASSERT_EQ(lines.size(), 6u) << r.out;  // heading, column names, 4 rows
   EXPECT_TRUE(contains(lines[1], "hdim") && contains(lines[1], "TFLOP/s")) << lines[1];
   for (std::size_t i = 2; i < lines.size(); ++i) EXPECT_TRUE(contains(lines[i], " yes ")) << lines[i];
+  EXPECT_FALSE(contains(lines[1], "hdim_v")) << lines[1];
 }
 
 TEST_F(CliBench, NonCausalOnly) {
@@ -192,11 +218,121 @@ TEST_F(CliBench, BackwardRejectedShapeExitsOneAndIsLeftOut) {
   const CliResult r = run_cli("bench --backward --device cpu --head-dims 16,300 --seqlens 16 --tokens 16 "
                               "--hidden 300 --iters 1 --warmup 0 --non-causal --json " + json_);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(contains(r.err, "q: head dim 300 is not supported")) << r.err;
+  // The untimed forward refused it, before the backward was called.
+  EXPECT_TRUE(contains(r.err, "fa3 bench: hdim 300 non-causal seqlen 16: fa3::cpu::forward: not supported: q: head "
+                              "dim 300 is not supported"))
+      << r.err;
   const auto doc = parse_json(read_file(json_));
   ASSERT_TRUE(doc.has_value()) << read_file(json_);
   ASSERT_EQ(doc->array.size(), 1u);
   EXPECT_EQ(doc->array[0].find("pass")->string, "bwd");
+}
+
+// --head-dim-v: every shape's v and out take it, nheads still follow q's and k's head dim,
+// and the records carry it after "hdim"; FLOPs count each head dim's GEMM.
+TEST_F(CliBench, HeadDimVIsRecordedAndCounted) {
+  const CliResult r = run_cli(std::string(kTinySweep) + " --head-dim-v 16 --json " + json_ + " --csv " + csv_);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto doc = parse_json(read_file(json_));
+  ASSERT_TRUE(doc.has_value()) << "not valid JSON:\n" << read_file(json_);
+  ASSERT_EQ(doc->array.size(), 8u);
+  for (const JsonValue& rec : doc->array) {
+    EXPECT_EQ(keys_of(rec), fields_with_hdim_v());
+    EXPECT_EQ(rec.find("hdim_v")->number, 16);
+    EXPECT_EQ(rec.find("nheads")->number, 128 / rec.find("hdim")->number);
+    EXPECT_NEAR(record_flops(rec), forward_flops_hdim_v(rec), 1e-9 * forward_flops_hdim_v(rec));
+  }
+  const std::vector<std::string> lines = split(read_file(csv_), '\n');
+  ASSERT_EQ(lines.size(), 9u);
+  EXPECT_EQ(lines[0], "impl,pass,dtype,hdim,hdim_v,causal,seqlen,batch,nheads,tflops,ms,device,gpu");
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> f = split(lines[i], ',');
+    ASSERT_EQ(f.size(), kFields.size() + 1) << lines[i];
+    EXPECT_EQ(std::stod(f[3]), doc->array[i - 1].find("hdim")->number);
+    EXPECT_EQ(f[4], "16");
+    EXPECT_EQ(std::stod(f[9]), doc->array[i - 1].find("tflops")->number);
+  }
+}
+
+// A V head dim equal to the head dim is the plain problem: its FLOPs are the plain
+// count, and the record still says what was asked for.
+TEST_F(CliBench, HeadDimVEqualToTheHeadDimCountsThePlainFlops) {
+  const CliResult r = run_cli(std::string(kTinySweep) + " --head-dims 32 --head-dim-v 32 --json " + json_);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto doc = parse_json(read_file(json_));
+  ASSERT_TRUE(doc.has_value());
+  ASSERT_EQ(doc->array.size(), 4u);
+  for (const JsonValue& rec : doc->array) {
+    EXPECT_EQ(rec.find("hdim_v")->number, 32);
+    EXPECT_NEAR(record_flops(rec), forward_flops(rec), 1e-9 * forward_flops(rec));
+  }
+}
+
+TEST_F(CliBench, HeadDimVShowsInTheTable) {
+  const CliResult r = run_cli(std::string(kTinySweep) + " --head-dims 32 --head-dim-v 48 --seqlens 32 --causal");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::vector<std::string> lines = split(r.out, '\n');
+  ASSERT_EQ(lines.size(), 3u) << r.out;  // heading, column names, 1 row
+  EXPECT_TRUE(starts_with(lines[1], " hdim hdim_v  causal")) << lines[1];
+  EXPECT_TRUE(starts_with(lines[2], "   32     48     yes ")) << lines[2];
+}
+
+// The CPU backward takes any V head dim: "bwd" records with "hdim_v", 2.5x the forward's
+// FLOPs, and "deterministic" last.
+TEST_F(CliBench, HeadDimVBackward) {
+  const CliResult r = run_cli(std::string(kTinySweep) + " --backward --head-dims 32 --head-dim-v 48 --seqlens 32 "
+                              "--json " + json_ + " --csv " + csv_);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto doc = parse_json(read_file(json_));
+  ASSERT_TRUE(doc.has_value()) << read_file(json_);
+  ASSERT_EQ(doc->array.size(), 2u);
+  std::vector<std::string> fields = fields_with_hdim_v();
+  fields.push_back("deterministic");
+  for (const JsonValue& rec : doc->array) {
+    EXPECT_EQ(keys_of(rec), fields);
+    EXPECT_EQ(rec.find("hdim_v")->number, 48);
+    EXPECT_NEAR(record_flops(rec), 2.5 * forward_flops_hdim_v(rec), 1e-9 * forward_flops_hdim_v(rec));
+  }
+  const std::vector<std::string> lines = split(read_file(csv_), '\n');
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "impl,pass,dtype,hdim,hdim_v,causal,seqlen,batch,nheads,tflops,ms,device,gpu,deterministic");
+}
+
+// A V head dim past the CPU path's is refused shape by shape; the message names the
+// shape with both head dims and, in a backward sweep, the call that refused.
+TEST_F(CliBench, HeadDimVPastTheCpuPathIsReportedAndLeftOut) {
+  const CliResult fwd = run_cli("bench --device cpu --head-dims 16 --head-dim-v 600 --seqlens 16 --tokens 16 "
+                                "--hidden 32 --iters 1 --warmup 0 --non-causal --json " + json_);
+  EXPECT_EQ(fwd.exit_code, 1);
+  EXPECT_TRUE(contains(fwd.out, "rejected")) << fwd.out;
+  EXPECT_EQ(fwd.err,
+            "fa3 bench: hdim 16 (v 600) non-causal seqlen 16: not supported: v: head dim 600 is not supported; "
+            "supported: 1 to 512\n");
+  EXPECT_EQ(read_file(json_), "[]\n");
+
+  const CliResult bwd = run_cli("bench --backward --device cpu --head-dims 16 --head-dim-v 600 --seqlens 16 "
+                                "--tokens 16 --hidden 32 --iters 1 --warmup 0 --non-causal");
+  EXPECT_EQ(bwd.exit_code, 1);
+  EXPECT_EQ(bwd.err,
+            "fa3 bench: hdim 16 (v 600) non-causal seqlen 16: fa3::cpu::forward: not supported: v: head dim 600 is "
+            "not supported; supported: 1 to 512\n");
+}
+
+// The GPU backward takes equal head dims only: each shape is refused, by fa3::backward
+// when the build holds the (192, 128) forward, else by the forward.
+TEST_F(CliBench, HeadDimVBackwardOnTheGpuIsRefused) {
+  const BuildInfo& build = build_info();
+  const bool built_192 = std::find(build.head_dims.begin(), build.head_dims.end(), 192) != build.head_dims.end();
+  if (!current_device().is_hopper() || !built_192) GTEST_SKIP() << "needs a Hopper GPU and head dim 192's kernels";
+  const CliResult r = run_cli("bench --backward --device gpu --head-dims 192 --head-dim-v 128 --seqlens 128 "
+                              "--tokens 256 --hidden 384 --iters 1 --warmup 0 --non-causal --json " + json_);
+  EXPECT_EQ(r.exit_code, 1);
+  const std::string shape = "fa3 bench: hdim 192 (v 128) non-causal seqlen 128: ";
+  EXPECT_TRUE(contains(r.err, shape + "fa3::backward: not supported: v: head dim 128 differs from q's head dim 192; "
+                                      "a separate V head dim is not implemented on the GPU yet") ||
+              contains(r.err, shape + "fa3::forward: not supported: no forward kernel was built"))
+      << r.err;
+  EXPECT_EQ(read_file(json_), "[]\n");
 }
 
 TEST_F(CliBench, UnwritableFileExitsOne) {

@@ -53,6 +53,11 @@ std::vector<BadArgs> bad_args() {
       {"bench_missing_json", "bench --json", "--json needs a value"},
       {"bench_empty_csv", "bench --csv=", "--csv needs a file name"},
       {"bench_fp32_on_gpu", "bench --device gpu --dtype fp32", "--dtype fp32 runs on the CPU only"},
+      {"bench_zero_head_dim_v", "bench --head-dim-v 0", "--head-dim-v: 0 is out of range (1 to 2147483647)"},
+      {"bench_negative_head_dim_v", "bench --head-dim-v -128", "--head-dim-v: -128 is out of range"},
+      {"bench_head_dim_v_over_int32", "bench --head-dim-v 2147483648", "--head-dim-v: 2147483648 is out of range"},
+      {"bench_head_dim_v_list", "bench --head-dim-v 128,64", "--head-dim-v: expected an integer, got '128,64'"},
+      {"bench_head_dim_v_missing", "bench --head-dim-v", "--head-dim-v needs a value"},
       {"kernel_empty", "run --kernel=", "--kernel needs a kernel name"},
       {"kernel_on_cpu", "run --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
       {"bench_kernel_on_cpu", "bench --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
@@ -128,13 +133,14 @@ TEST(CliHelp, DocumentsEveryRunAndBenchOption) {
     EXPECT_TRUE(contains(run, flag)) << flag;
   }
   const std::string bench = run_cli("bench --help").out;
-  for (const char* flag : {"--head-dims", "--seqlens", "--causal", "--non-causal", "--tokens", "--hidden",
-                           "--dtype", "--device", "--iters", "--warmup", "--json", "--csv", "--backward",
+  for (const char* flag : {"--head-dims", "--head-dim-v", "--seqlens", "--causal", "--non-causal", "--tokens",
+                           "--hidden", "--dtype", "--device", "--iters", "--warmup", "--json", "--csv", "--backward",
                            "--deterministic"}) {
     EXPECT_TRUE(contains(bench, flag)) << flag;
   }
   EXPECT_TRUE(contains(bench, "default sweep on the CPU"));
   EXPECT_TRUE(contains(bench, "\"pass\": \"fwd\" | \"bwd\""));
+  EXPECT_TRUE(contains(bench, "\"hdim_v\" after \"hdim\" when --head-dim-v is given"));
   EXPECT_TRUE(contains(run_cli("--help").out, "--backward"));
 }
 

@@ -1,0 +1,120 @@
+"""bench/bench_variants.py where no GPU is needed: its options, the FLOPs of its
+records, its fp32 reference with a V head dim of its own (against fa3's CPU path),
+and the head dim pairs it skips.
+"""
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import bench_variants  # noqa: E402
+
+import fa3  # noqa: E402
+
+
+def test_head_dim_v_pairs_default_to_deepseek_v3s():
+    assert bench_variants.parse_args([]).head_dim_v_pairs == [(192, 128)]
+
+
+@pytest.mark.parametrize(
+    "text, pairs",
+    [("192:128", [(192, 128)]), ("192:128,64:256", [(192, 128), (64, 256)]), ("", [])],
+)
+def test_head_dim_v_pairs_parse(text, pairs):
+    assert bench_variants.parse_args(["--head-dim-v-pairs", text]).head_dim_v_pairs == pairs
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("192", "expected QK:V head dims such as 192:128, got '192'"),
+        ("192:", "got '192:'"),
+        ("a:128", "got 'a:128'"),
+        ("192:0", "got '192:0'"),
+        ("192:-128", "got '192:-128'"),
+        ("192:128;64:256", "got '192:128;64:256'"),
+        ("128:128", "128:128: V's head dim equals QK's"),
+    ],
+)
+def test_bad_head_dim_v_pairs_are_usage_errors(text, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_variants.parse_args([f"--head-dim-v-pairs={text}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--head-dim-v-pairs" in err and message in err
+
+
+@pytest.fixture
+def two_ms(monkeypatch):
+    """Every timed call takes 2 ms."""
+    monkeypatch.setattr(bench_variants, "median_ms", lambda fn, rep_ms: 2.0)
+
+
+def shape(**sizes):
+    return {"causal": False, "seqlen": 1024, "batch": 16, "nheads": 16, "pairs": 1024 * 1024, **sizes}
+
+
+def test_record_counts_each_head_dims_gemm(two_ms):
+    args = SimpleNamespace(rep_ms=200)
+    record = bench_variants.timed_record(
+        None, "fwd", "qk192v128", "hdim192", shape(hdim=192, hdim_v=128), args, "gpu", rel_err=0.0
+    )
+    assert list(record)[5:8] == ["hdim", "hdim_v", "causal"]
+    assert (record["hdim"], record["hdim_v"]) == (192, 128)
+    assert record["tflops"] == pytest.approx(2 * 16 * 16 * 1024 * 1024 * (192 + 128) / 2e-3 / 1e12)
+
+
+def test_record_of_equal_head_dims_keeps_the_plain_count(two_ms):
+    args = SimpleNamespace(rep_ms=200)
+    for pass_, factor in (("fwd", 1.0), ("bwd", 2.5)):
+        record = bench_variants.timed_record(None, pass_, "none", "none", shape(hdim=128), args, "gpu")
+        assert record["hdim_v"] == 128
+        assert record["tflops"] == pytest.approx(factor * 4 * 16 * 16 * 1024 * 1024 * 128 / 2e-3 / 1e12)
+
+
+def qkv(hdim, hdim_v, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(1, 96, 3, hdim, generator=gen).to(torch.bfloat16) for _ in range(2))
+    return q, k, torch.randn(1, 96, 3, hdim_v, generator=gen).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_has_vs_head_dim_and_qs_scale(causal):
+    q, k, v = qkv(192, 128)
+    ref = bench_variants.reference(q, k, v, causal, (-1, -1), 0.0, None)
+    assert ref.shape == (1, 96, 2, 128)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        *(t[:, :, :2].float().transpose(1, 2) for t in (q, k, v)), is_causal=causal
+    ).transpose(1, 2)
+    torch.testing.assert_close(ref, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_check_passes_fa3s_output_with_its_own_v_head_dim(causal):
+    q, k, v = qkv(192, 128)
+    out = fa3.flash_attn_func(q, k, v, causal=causal)
+    assert bench_variants.check(out, q, k, v, causal, (-1, -1), 0.0, None) < bench_variants.MAX_REL_ERR
+
+
+def test_check_fails_an_output_of_other_values():
+    q, k, v = qkv(192, 128)
+    out = fa3.flash_attn_func(q, k, qkv(192, 128, seed=1)[2])
+    with pytest.raises(SystemExit, match="fa3 output off by"):
+        bench_variants.check(out, q, k, v, False, (-1, -1), 0.0, None)
+
+
+def test_pairs_skip_a_build_without_the_qk_head_dim(monkeypatch, capsys):
+    monkeypatch.setattr(fa3, "build_info", lambda: {"head_dims": [64, 128]})
+    args = bench_variants.parse_args(["--passes", "fwd", "--head-dim-v-pairs", "192:128"])
+    assert bench_variants.run_head_dim_pairs(args, "gpu") == []
+    assert "skipping qk192v128: this build has no head dim 192 kernels" in capsys.readouterr().err
+
+
+def test_pairs_time_no_backward():
+    args = bench_variants.parse_args(["--passes", "bwd"])
+    assert bench_variants.run_head_dim_pairs(args, "gpu") == []
