@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -211,17 +212,19 @@ Status check_head_dim_v_supported(const Problem& p, const ValidationTarget& targ
 }
 
 // TMA reads whole 16-byte units: base pointers and every non-unit stride must be
-// 16-byte multiples (the last dimension is contiguous already).
-Status check_device_tensor(const char* name, const TensorView& t, Role role, const ValidationTarget& target, bool tma) {
+// 16-byte multiples (the last dimension is contiguous already). `tma_role`: the role of
+// a tensor TMA reads (its dims named in the messages); none for one read element-wise.
+Status check_device_tensor(const char* name, const TensorView& t, const ValidationTarget& target,
+                           std::optional<Role> tma_role) {
   const std::string n = name;
-  if (tma) {
+  if (tma_role) {
     if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
       return invalid(n + ": data pointer is not 16-byte aligned (TMA needs it)");
     }
     const std::int64_t elems_per_16b = 16 / static_cast<std::int64_t>(dtype_size(t.dtype));
     for (int d = 0; d < t.rank - 1; ++d) {
       if (t.stride[d] % elems_per_16b != 0) {
-        return invalid(cat(n, ": stride ", t.stride[d], " of dim ", d, " (", layout_of(role).dims[d],
+        return invalid(cat(n, ": stride ", t.stride[d], " of dim ", d, " (", layout_of(*tma_role).dims[d],
                            ") is not a multiple of ", elems_per_16b, " elements (16 bytes; TMA needs it)"));
       }
       if (t.stride[d] * static_cast<std::int64_t>(dtype_size(t.dtype)) >= kMaxTmaStrideBytes) {
@@ -354,12 +357,12 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   FA3_RETURN_IF_ERROR(check_indices(layout, a.varlen, target, &p));
 
   if (device) {
-    FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, layout.rows, target, true));
-    FA3_RETURN_IF_ERROR(check_device_tensor("k", a.k, layout.rows, target, true));
-    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, layout.rows, target, true));
-    FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, layout.rows, target, true));
-    if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, layout.lse, target, false));
-    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, layout.lse, target, false));
+    FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, layout.rows));
+    FA3_RETURN_IF_ERROR(check_device_tensor("k", a.k, target, layout.rows));
+    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, layout.rows));
+    FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, target, layout.rows));
+    if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, std::nullopt));
+    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, std::nullopt));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
   FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
@@ -413,11 +416,11 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
     const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
     const TensorView* views[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
     for (int i = 0; i < 8; ++i) {
-      FA3_RETURN_IF_ERROR(check_device_tensor(names[i], *views[i], layout.rows, target, true));
+      FA3_RETURN_IF_ERROR(check_device_tensor(names[i], *views[i], target, layout.rows));
     }
-    FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, layout.lse, target, false));
-    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, layout.lse, target, false));
-    if (has_dsinks) FA3_RETURN_IF_ERROR(check_device_tensor("dsinks", a.dsinks, layout.lse, target, false));
+    FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, std::nullopt));
+    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, std::nullopt));
+    if (has_dsinks) FA3_RETURN_IF_ERROR(check_device_tensor("dsinks", a.dsinks, target, std::nullopt));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
   FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
