@@ -29,6 +29,20 @@
 // The backward's gradient of the sinks, with D_i = rowsum(dout_i * out_i), is
 //   dsinks_h = -sum over the rows i of head h, in every batch, of exp(sink_h - L_i) * D_i.
 // Both fa3::cpu and the GPU entry points implement sinks (on the GPU, the general kernels).
+//
+// Variable-length batches (varlen, FlashAttention-3's flash_attn_varlen_func): with
+// VarlenArgs::cu_seqlens_q given, the batch's sequences are packed one after another
+// along one row dimension. q is (total_q, nheads_q, head_dim), k (total_k, nheads_kv,
+// head_dim), v (total_k, nheads_kv, head_dim_v), out (total_q, nheads_q, head_dim_v), lse
+// (nheads_q, total_q); the gradients have their inputs' layouts. Sequence b's query rows
+// are [cu_seqlens_q[b], cu_seqlens_q[b + 1]), its keys likewise in cu_seqlens_k, and with
+// seqused_q / seqused_k only the first seqused[b] of them take part. Every rule above
+// holds per sequence with that sequence's own lengths (the causal diagonal aligned to the
+// bottom-right corner of each). Query rows that take part in no sequence (past seqused,
+// or past cu_seqlens_q[batch]) get out 0, lse -inf and dq 0; keys that take part in none
+// get dk and dv 0. A sequence may be empty; one whose keys are empty has out 0 and lse
+// -inf (its sink's logit, with sinks). fa3::cpu runs varlen calls; the GPU entry points
+// refuse them for now (kNotSupported, naming cu_seqlens_q).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,6 +64,22 @@ struct AttentionOptions {
   int attention_chunk = 0;    // > 0: queries see only keys of their own chunk (see above)
 };
 
+// The index tensors of a varlen call (see above); all int32, contiguous, in the same
+// memory as q. cu_seqlens_q.data == nullptr: a fixed-length call, and every other field
+// must be left unset.
+struct VarlenArgs {
+  TensorView cu_seqlens_q;  // (batch + 1): 0, then non-decreasing, at most total_q
+  TensorView cu_seqlens_k;  // (batch + 1): 0, then non-decreasing, at most total_k
+  TensorView seqused_q;     // optional (batch): rows of each query sequence used, <= its length
+  TensorView seqused_k;     // optional (batch): keys of each key sequence used, <= its length
+  // The longest query and key sequence (after seqused); may be larger. fa3::cpu checks
+  // them against the index tensors, which it reads on the host.
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+
+  bool enabled() const { return cu_seqlens_q.data != nullptr; }
+};
+
 struct ForwardArgs {
   TensorView q;
   TensorView k;
@@ -58,6 +88,7 @@ struct ForwardArgs {
   TensorView lse;    // optional (data == nullptr to skip); written
   TensorView sinks;  // optional (data == nullptr: none); fp32 (nheads_q), any stride; read
   AttentionOptions options;
+  VarlenArgs varlen;  // optional: a variable-length batch (see above)
 };
 
 struct BackwardArgs {
@@ -73,6 +104,7 @@ struct BackwardArgs {
   TensorView sinks;   // optional (data == nullptr: none): the forward's sinks
   TensorView dsinks;  // optional, only with sinks; written: fp32 (nheads_q), any stride
   AttentionOptions options;
+  VarlenArgs varlen;  // the forward's, for a variable-length batch
   // Fixes the order in which partial gradients are summed, so that repeated calls give
   // bitwise identical dq (and, with GQA/MQA, dk and dv). Costs some speed.
   bool deterministic = false;

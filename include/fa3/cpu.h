@@ -3,8 +3,9 @@
 // forward() runs a tiled, multi-threaded online-softmax implementation (fp32
 // accumulation), the path the `fa3` program uses when no GPU is present.
 // backward() runs the exact reference (fp64 accumulation); it is slow and meant for
-// checking results, not for training. Both take attention sinks, and a V head dim that
-// differs from q's and k's (fa3/attention.h).
+// checking results, not for training. Both take attention sinks, a V head dim that
+// differs from q's and k's, and variable-length batches (ForwardArgs::varlen), whose
+// index tensors they read on the host (fa3/attention.h).
 #pragma once
 
 #include "fa3/attention.h"

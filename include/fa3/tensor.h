@@ -12,9 +12,10 @@ enum class DType : std::uint8_t {
   kBFloat16,
   kFloat8E4M3,
   kFloat32,
+  kInt32,  // index tensors only (cu_seqlens, seqused)
 };
 
-const char* dtype_name(DType dtype);  // "fp16", "bf16", "e4m3", "fp32"
+const char* dtype_name(DType dtype);  // "fp16", "bf16", "e4m3", "fp32", "int32"
 std::size_t dtype_size(DType dtype);  // bytes per element
 
 // A strided view of memory the caller owns. Shapes and strides are in elements;

@@ -18,21 +18,21 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn)
 _DEVICE_TYPES = ("cuda", "cpu", "meta")
 
 
-def check_qkv(q, k, v):
+def check_qkv(q, k, v, packed=False):
     """q, k (batch, seqlen_q | seqlen_k, nheads | nheads_k, headdim); v (batch, seqlen_k,
-    nheads_k, headdim_v).
+    nheads_k, headdim_v). packed (a varlen call): (total_q | total_k, nheads | nheads_k,
+    headdim | headdim_v) instead.
 
     Runs on every call, so each tensor attribute is read once (each read is a call
     into torch)."""
+    rank, layout = (3, "(total, nheads, headdim)") if packed else (4, "(batch, seqlen, nheads, headdim)")
     q_device = q_dtype = None
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         shape = t.shape
-        if len(shape) != 4:
-            raise ValueError(
-                f"{name}: expected a 4-d tensor (batch, seqlen, nheads, headdim), got shape {tuple(shape)}"
-            )
+        if len(shape) != rank:
+            raise ValueError(f"{name}: expected a {rank}-d tensor {layout}, got shape {tuple(shape)}")
         device = t.device
         if device.type not in _DEVICE_TYPES:
             raise ValueError(
@@ -52,13 +52,43 @@ def check_qkv(q, k, v):
         if dtype != q_dtype:
             raise ValueError(f"{name}: dtype {dtype} does not match q's dtype {q_dtype}")
         # Each size against 1 (not min()), so that torch.compile guards no more than that.
-        if shape[0] < 1 or shape[1] < 1 or shape[2] < 1 or shape[3] < 1:
+        if any(size < 1 for size in shape):
             raise ValueError(f"{name}: every dimension must be at least 1, got shape {tuple(shape)}")
         if t.stride(-1) != 1:
             raise ValueError(
                 f"{name}: the last dimension (headdim) must be contiguous (stride 1), got strides "
                 f"{tuple(t.stride())}; pass {name}.contiguous()"
             )
+
+
+def check_varlen_indices(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k):
+    """The index tensors of flash_attn_varlen_func: int32, 1-d, on q's device (seqused
+    optional). Their lengths and values are the C++ layer's rules, like the other sizes."""
+    for name, t, optional in (
+        ("cu_seqlens_q", cu_seqlens_q, False),
+        ("cu_seqlens_k", cu_seqlens_k, False),
+        ("seqused_q", seqused_q, True),
+        ("seqused_k", seqused_k, True),
+    ):
+        if t is None and optional:
+            continue
+        if not isinstance(t, torch.Tensor):
+            kind = "a torch.Tensor or None" if optional else "a torch.Tensor"
+            raise TypeError(f"{name}: expected {kind}, got {type(t).__name__}")
+        if t.dim() != 1:
+            raise ValueError(f"{name}: expected a 1-d tensor, got shape {tuple(t.shape)}")
+        if t.dtype != torch.int32:
+            raise ValueError(f"{name}: dtype {t.dtype} is not supported; use torch.int32")
+        if t.device != q.device:
+            raise ValueError(f"{name}: is on {t.device} but q is on {q.device}; it must be on q's device")
+
+
+def max_seqlen_arg(name, value):
+    """max_seqlen_q / max_seqlen_k as an int; the C++ layer checks it against the sequences."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {value!r}") from None
 
 
 def head_dim_padding(q, k, v):

@@ -7,7 +7,8 @@ FlashAttention-3's options is accepted by name; one that fa3 does not implement
 yet raises NotImplementedError naming it, and none is ignored. fa3 adds one keyword
 of its own after them, ``sinks`` (attention sinks, as in gpt-oss).
 
-Tensors are (batch, seqlen, nheads, headdim). CUDA tensors run fa3's Hopper
+Tensors are (batch, seqlen, nheads, headdim), or packed (total, nheads, headdim)
+for flash_attn_varlen_func, which runs on CPU tensors only for now. CUDA tensors run fa3's Hopper
 kernels on the current stream of their device; CPU tensors run fa3's CPU path
 (slow, exact enough to test against). Errors: TypeError / ValueError for bad
 arguments, NotImplementedError for what fa3 does not support, RuntimeError for
@@ -18,6 +19,7 @@ import torch
 
 from . import _checks
 from . import _torch_ops
+from . import _torch_varlen_ops
 
 
 def flash_attn_func(
@@ -170,10 +172,96 @@ def flash_attn_qkvpacked_func(
     )
 
 
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    seqused_q=None,
+    seqused_k=None,
+    softmax_scale=None,
+    causal=False,
+    qv=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    sm_margin=0,
+    return_attn_probs=False,
+    sinks=None,
+):
+    """flash_attn_func on a batch of sequences of different lengths, packed without padding.
+
+    q: (total_q, nheads, headdim); k: (total_k, nheads_k, headdim); v: (total_k, nheads_k,
+    headdim_v). cu_seqlens_q and cu_seqlens_k: int32 (batch + 1), starting at 0 and
+    non-decreasing: sequence b's queries are q[cu_seqlens_q[b]:cu_seqlens_q[b + 1]] and its
+    keys k[cu_seqlens_k[b]:cu_seqlens_k[b + 1]] (v alike). seqused_q / seqused_k: None, or
+    int32 (batch), only the first seqused[b] rows of each sequence taking part. max_seqlen_q
+    and max_seqlen_k: ints at least the longest (used) query and key sequence.
+
+    Every option acts as in flash_attn_func within each sequence, with that sequence's own
+    lengths (causal aligned to each one's bottom-right corner). A sequence may be empty;
+    queries whose sequence has no key give 0 (softmax_lse -inf, or the head's sink). Query
+    rows of no sequence (past seqused_q, or past cu_seqlens_q[-1]) give 0 and softmax_lse
+    -inf, and rows of no sequence get zero gradients.
+
+    Returns out (total_q, nheads, headdim_v), or (out, softmax_lse) when return_attn_probs
+    is True, softmax_lse being (nheads, total_q) in float32. Differentiable in q, k, v and
+    sinks.
+
+    Runs on CPU tensors (fa3's CPU path); CUDA tensors raise NotImplementedError, as fa3's
+    GPU kernels do not take variable-length batches yet. Not supported either
+    (NotImplementedError): qv, q/k/v_descale, num_splits > 1, pack_gqa=True, sm_margin != 0.
+    """
+    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin)
+    chunk = _checks.attention_chunk_arg(attention_chunk)
+    _checks.check_qkv(q, k, v, packed=True)
+    if q.device.type == "cuda":
+        raise NotImplementedError(
+            "cu_seqlens_q: variable-length batches are not implemented on the GPU yet; "
+            "flash_attn_varlen_func runs on CPU tensors"
+        )
+    _checks.check_varlen_indices(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
+    _checks.check_sinks(sinks, q)
+    max_q = _checks.max_seqlen_arg("max_seqlen_q", max_seqlen_q)
+    max_k = _checks.max_seqlen_arg("max_seqlen_k", max_seqlen_k)
+    scale = _checks.softmax_scale_arg(softmax_scale)
+    is_causal, window_left, window_right = _checks.mask_args(causal, window_size, max_q, max_k)
+    out, softmax_lse = _torch_varlen_ops.varlen_forward(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        seqused_q,
+        seqused_k,
+        max_q,
+        max_k,
+        sinks,
+        scale,
+        is_causal,
+        window_left,
+        window_right,
+        float(softcap),
+        bool(deterministic),
+        chunk,
+    )
+    return (out, softmax_lse) if return_attn_probs else out
+
+
 def _not_implemented(name, feature):
     def unsupported(*args, **kwargs):
         raise NotImplementedError(
-            f"fa3 does not implement {name} yet ({feature}); flash_attn_func covers fixed-length batches"
+            f"fa3 does not implement {name} yet ({feature}); flash_attn_func and flash_attn_varlen_func "
+            "cover attention without a KV cache"
         )
 
     unsupported.__name__ = unsupported.__qualname__ = name
@@ -184,7 +272,6 @@ def _not_implemented(name, feature):
 
 
 # FlashAttention-3's other entry points, present so that a call names what is missing.
-flash_attn_varlen_func = _not_implemented("flash_attn_varlen_func", "variable-length sequences")
 flash_attn_with_kvcache = _not_implemented("flash_attn_with_kvcache", "KV cache, paged KV and decoding")
 flash_attn_combine = _not_implemented("flash_attn_combine", "combining split-KV partial results")
 get_scheduler_metadata = _not_implemented("get_scheduler_metadata", "precomputed scheduler metadata")

@@ -25,6 +25,7 @@ std::optional<DType> to_dtype(nb::dlpack::dtype t) {
   if (t.code == static_cast<std::uint8_t>(Code::Float) && t.bits == 32) return DType::kFloat32;
   if (t.code == static_cast<std::uint8_t>(Code::Bfloat) && t.bits == 16) return DType::kBFloat16;
   if (t.code == kDLFloat8E4M3FN && t.bits == 8) return DType::kFloat8E4M3;
+  if (t.code == static_cast<std::uint8_t>(Code::Int) && t.bits == 32) return DType::kInt32;
   return std::nullopt;
 }
 
@@ -94,9 +95,10 @@ TensorView make_view(const char* name, nb::dlpack::dtype dtype, std::size_t ndim
   }
   const std::optional<DType> dt = to_dtype(dtype);
   if (!dt) {
-    throw nb::value_error((n + ": element type " + dtype_string(dtype) +
-                           " is not supported; use float16, bfloat16, float32 or float8_e4m3fn")
-                              .c_str());
+    throw nb::value_error(
+        (n + ": element type " + dtype_string(dtype) +
+         " is not supported; use float16, bfloat16, float32 or float8_e4m3fn (int32 for index tensors)")
+            .c_str());
   }
   placement.check(name, device_type, device_id);
 

@@ -44,10 +44,31 @@ AttentionOptions make_options(float softmax_scale, bool causal, int window_left,
 
 cudaStream_t as_stream(std::uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
 
+// The index tensors (int32) and bounds of a variable-length call; without cu_seqlens_q
+// a fixed-length call, whose other fields the C++ layer requires unset.
+struct VarlenInputs {
+  std::optional<InArray> cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k;
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+
+  VarlenArgs to_args(Placement& where) const {
+    VarlenArgs v;
+    if (cu_seqlens_q) v.cu_seqlens_q = to_view("cu_seqlens_q", *cu_seqlens_q, where);
+    if (cu_seqlens_k) v.cu_seqlens_k = to_view("cu_seqlens_k", *cu_seqlens_k, where);
+    if (seqused_q) v.seqused_q = to_view("seqused_q", *seqused_q, where);
+    if (seqused_k) v.seqused_k = to_view("seqused_k", *seqused_k, where);
+    v.max_seqlen_q = max_seqlen_q;
+    v.max_seqlen_k = max_seqlen_k;
+    return v;
+  }
+};
+
 void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
              const std::optional<OutArray>& lse, const std::optional<InArray>& sinks, float softmax_scale, bool causal,
              int window_left, int window_right, float softcap, int attention_chunk, std::uintptr_t stream,
-             int num_threads) {
+             int num_threads, const std::optional<InArray>& cu_seqlens_q, const std::optional<InArray>& cu_seqlens_k,
+             const std::optional<InArray>& seqused_q, const std::optional<InArray>& seqused_k, int max_seqlen_q,
+             int max_seqlen_k) {
   Placement where;
   ForwardArgs args;
   args.q = to_view("q", q, where);
@@ -57,6 +78,8 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
   if (lse) args.lse = to_view("lse", *lse, where);
   if (sinks) args.sinks = to_view("sinks", *sinks, where);
   args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
+  args.varlen =
+      VarlenInputs{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k}.to_args(where);
 
   Status status;
   {
@@ -77,7 +100,7 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
                            const InArray& out, const InArray& lse, const Grad& dq, const Grad& dk, const Grad& dv,
                            const std::optional<InArray>& sinks, const std::optional<Grad>& dsinks, float softmax_scale,
                            bool causal, int window_left, int window_right, float softcap, bool deterministic,
-                           int attention_chunk, Placement& where) {
+                           int attention_chunk, const VarlenInputs& varlen, Placement& where) {
   BackwardArgs args;
   args.q = to_view("q", q, where);
   args.k = to_view("k", k, where);
@@ -92,6 +115,7 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
   if (dsinks) args.dsinks = to_view("dsinks", *dsinks, where);
   args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
   args.deterministic = deterministic;
+  args.varlen = varlen.to_args(where);
   return args;
 }
 
@@ -99,10 +123,14 @@ void backward(const InArray& dout, const InArray& q, const InArray& k, const InA
               const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
               const std::optional<InArray>& sinks, const std::optional<OutArray>& dsinks, float softmax_scale,
               bool causal, int window_left, int window_right, float softcap, bool deterministic, int attention_chunk,
-              const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads) {
+              const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads,
+              const std::optional<InArray>& cu_seqlens_q, const std::optional<InArray>& cu_seqlens_k,
+              const std::optional<InArray>& seqused_q, const std::optional<InArray>& seqused_k, int max_seqlen_q,
+              int max_seqlen_k) {
   Placement where;
+  const VarlenInputs varlen{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k};
   BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
-                                    window_left, window_right, softcap, deterministic, attention_chunk, where);
+                                    window_left, window_right, softcap, deterministic, attention_chunk, varlen, where);
   // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
   if (workspace && where.on_cuda()) {
     const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
@@ -127,10 +155,14 @@ std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const
                                     const InArray& dv, const std::optional<InArray>& sinks,
                                     const std::optional<InArray>& dsinks, float softmax_scale, bool causal,
                                     int window_left, int window_right, float softcap, bool deterministic,
-                                    int attention_chunk) {
+                                    int attention_chunk, const std::optional<InArray>& cu_seqlens_q,
+                                    const std::optional<InArray>& cu_seqlens_k, const std::optional<InArray>& seqused_q,
+                                    const std::optional<InArray>& seqused_k, int max_seqlen_q, int max_seqlen_k) {
   Placement where;
-  const BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
-                                          window_left, window_right, softcap, deterministic, attention_chunk, where);
+  const VarlenInputs varlen{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k};
+  const BackwardArgs args =
+      backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal, window_left,
+                    window_right, softcap, deterministic, attention_chunk, varlen, where);
   // The CPU path takes no workspace; answering 0 lets a caller ask before every
   // backward() whatever the device.
   if (where.on_host()) return 0;
@@ -190,27 +222,36 @@ NB_MODULE(_C, m) {
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "sinks"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "attention_chunk"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
+        "attention_chunk"_a = 0, "stream"_a = 0, "num_threads"_a = 0, "cu_seqlens_q"_a.none() = nb::none(),
+        "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(),
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k\n"
         "(batch, seqlen_k, nheads_kv, head_dim); v (batch, seqlen_k, nheads_kv, head_dim_v); out (batch, seqlen_q,\n"
         "nheads, head_dim_v); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
         "attention-sink logit per query head (nheads,); lse then includes the sink. softmax_scale 0 means\n"
         "1/sqrt(head_dim). stream: the CUDA stream (as an integer) for CUDA tensors; num_threads: the CPU\n"
-        "path's thread count (0: all cores). Each is ignored on the other path.");
+        "path's thread count (0: all cores). Each is ignored on the other path. Variable-length batches\n"
+        "(host tensors only for now): cu_seqlens_q and cu_seqlens_k, int32 (batch + 1), with optional seqused_q\n"
+        "and seqused_k, int32 (batch), and max_seqlen_q / max_seqlen_k; q, k, v and out are then (total, nheads,\n"
+        "head_dim) and lse (nheads, total_q), as in FlashAttention-3's flash_attn_varlen_func.");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(),
         "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "softmax_scale"_a = 0.f, "causal"_a = false,
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,
         "attention_chunk"_a = 0, "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
+        "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(),
+        "seqused_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "Attention backward pass: writes dq, dk, dv from the forward's out and lse and the gradient dout.\n"
         "sinks: the forward's (or None); dsinks: None, or an fp32 (nheads,) array to receive their gradient.\n"
         "deterministic: bitwise reproducible gradients (slower on the GPU). workspace: for CUDA tensors, a\n"
         "1-d uint8 array on their device of at least backward_workspace_size() bytes, 256-byte aligned; its\n"
         "contents do not matter, and it must stay allocated until the call's work on the stream is done.\n"
-        "Host tensors ignore it.");
+        "Host tensors ignore it. The varlen arguments are the forward's.");
   m.def("backward_workspace_size", &backward_workspace_size, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a,
         "dk"_a, "dv"_a, nb::kw_only(), "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "deterministic"_a = false, "attention_chunk"_a = 0,
+        "deterministic"_a = false, "attention_chunk"_a = 0, "cu_seqlens_q"_a.none() = nb::none(),
+        "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(),
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "Bytes of workspace that backward() needs for these arguments: for CUDA tensors after validating them\n"
         "as backward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
   m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");

@@ -1,5 +1,3 @@
-#include "fa3/cpu.h"
-
 #include <exception>
 #include <new>
 #include <string>
@@ -8,8 +6,10 @@
 #include "api/validate.h"
 #include "common/numeric.h"
 #include "common/status_macros.h"
+#include "fa3/cpu.h"
 #include "reference/naive.h"
 #include "reference/tiled_cpu.h"
+#include "reference/varlen.h"
 
 namespace fa3::cpu {
 namespace {
@@ -66,7 +66,11 @@ Status forward(const ForwardArgs& args, const Options& options) {
     FA3_RETURN_IF_ERROR(check_options(options));
     reference::TiledCpuConfig config;
     config.num_threads = options.num_threads;
-    reference::tiled_forward(problem, args, config);
+    if (problem.varlen) {
+      reference::varlen_tiled_forward(problem, args, config);
+    } else {
+      reference::tiled_forward(problem, args, config);
+    }
     return Status::ok();
   });
 }
@@ -78,6 +82,15 @@ Status backward(const BackwardArgs& args, const Options& options) {
     Problem problem;
     FA3_RETURN_IF_ERROR(validate_backward(args, cpu_target(), &problem));
     FA3_RETURN_IF_ERROR(check_options(options));
+    if (problem.varlen) {
+      // Gradients come back in the packed layouts, rows of no sequence included (0).
+      const reference::BackwardResult grads = reference::varlen_backward(problem, args);
+      store(reference::rows_view(args.dq, 0, problem.total_q), grads.dq);
+      store(reference::rows_view(args.dk, 0, problem.total_k), grads.dk);
+      store(reference::rows_view(args.dv, 0, problem.total_k), grads.dv);
+      if (args.dsinks.defined()) store_per_head(args.dsinks, grads.dsinks);
+      return Status::ok();
+    }
     const reference::BackwardResult grads =
         reference::backward(problem, args.q, args.k, args.v, args.dout, reference::Precision::kExact, args.sinks);
     store(args.dq, grads.dq);

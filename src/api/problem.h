@@ -25,6 +25,13 @@ struct Problem {
   float softcap = 0.f;             // 0: off
   std::int64_t chunk = 0;          // attention_chunk; 0: none
   bool has_sinks = false;          // attention sinks given (fa3/attention.h)
+  // A variable-length batch (fa3/attention.h): batch sequences packed along total_q query
+  // rows and total_k keys; seqlen_q and seqlen_k are then the caller's max_seqlen_q and
+  // max_seqlen_k, bounds rather than every sequence's lengths, and the masks below hold
+  // per sequence, for the Problem each sequence is on its own (reference/varlen.h).
+  bool varlen = false;
+  std::int64_t total_q = 0;
+  std::int64_t total_k = 0;
 
   std::int64_t group_size() const { return nheads_q / nheads_kv; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }

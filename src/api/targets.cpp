@@ -49,6 +49,8 @@ ValidationTarget gpu_target() {
   // A separate V head dim runs on the forward kernels built for one (FA3_HEAD_DIM_PAIRS);
   // a pair without one is refused when dispatched, naming both head dims.
   t.separate_head_dim_v = true;
+  // No kernel reads cu_seqlens yet: varlen calls are refused after validation.
+  t.supports_varlen = false;
   t.locate = locate_pointer;
   return t;
 }
@@ -76,6 +78,7 @@ ValidationTarget cpu_target() {
   t.supports_softcap = true;
   t.supports_sinks = true;
   t.supports_chunk = true;
+  t.supports_varlen = true;
   return t;
 }
 

@@ -10,6 +10,7 @@ const char* dtype_name(DType dtype) {
     case DType::kBFloat16: return "bf16";
     case DType::kFloat8E4M3: return "e4m3";
     case DType::kFloat32: return "fp32";
+    case DType::kInt32: return "int32";
   }
   return "unknown";
 }
@@ -19,7 +20,8 @@ std::size_t dtype_size(DType dtype) {
     case DType::kFloat16:
     case DType::kBFloat16: return 2;
     case DType::kFloat8E4M3: return 1;
-    case DType::kFloat32: return 4;
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
   }
   return 0;
 }

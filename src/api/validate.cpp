@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "api/validate_messages.h"
+#include "api/validate_varlen.h"
 #include "common/status_macros.h"
 
 namespace fa3 {
@@ -17,40 +19,37 @@ constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
 // TMA tensor maps hold global strides below 2^40 bytes.
 constexpr std::int64_t kMaxTmaStrideBytes = std::int64_t{1} << 40;
 
-// The role a tensor plays fixes its rank and the names of its dimensions.
-enum class Role { kQLike, kKvLike, kLse };
+// The role a tensor plays fixes its rank and the names of its dimensions: rows of
+// attention (q, k, v, out and the gradients) or lse, in the padded (batch, seqlen, ...)
+// layout or in the packed (total, ...) layout of a varlen call.
+enum class Role { kRows, kLse, kPackedRows, kPackedLse };
 
-const char* dim_name(Role role, int d) {
-  static const char* const kQkv[] = {"batch", "seqlen", "nheads", "head_dim"};
-  static const char* const kLse[] = {"batch", "nheads", "seqlen"};
-  return role == Role::kLse ? kLse[d] : kQkv[d];
+struct RoleLayout {
+  int rank;
+  const char* dims[4];
+  const char* described;
+};
+
+const RoleLayout& layout_of(Role role) {
+  static const RoleLayout kLayouts[] = {
+      {4, {"batch", "seqlen", "nheads", "head_dim"}, "(batch, seqlen, nheads, head_dim)"},
+      {3, {"batch", "nheads", "seqlen"}, "(batch, nheads, seqlen)"},
+      {3, {"total", "nheads", "head_dim"}, "(total, nheads, head_dim)"},
+      {2, {"nheads", "total"}, "(nheads, total)"},
+  };
+  return kLayouts[static_cast<int>(role)];
 }
 
-int role_rank(Role role) { return role == Role::kLse ? 3 : 4; }
+bool is_lse(Role role) { return role == Role::kLse || role == Role::kPackedLse; }
 
-// Messages are built with std::to_string / snprintf rather than iostreams: the
-// library runs inside other runtimes (Python extensions) whose iostream state it
-// must not depend on, and formatting happens only when a rule is broken.
-std::string str(const char* v) { return v; }
-std::string str(const std::string& v) { return v; }
-std::string str(std::int64_t v) { return std::to_string(v); }
-std::string str(int v) { return std::to_string(v); }
-std::string str(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
-  return buf;
-}
+// The head dim of a rows tensor of either layout: its last dimension.
+std::int64_t head_dim_of(const TensorView& t) { return t.shape[t.rank - 1]; }
 
-template <class... Parts>
-std::string cat(const Parts&... parts) {
-  return (std::string() + ... + str(parts));
-}
-
-std::string shape_string(const TensorView& t) {
-  std::string s = "(";
-  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + str(t.shape[d]);
-  return s + ")";
-}
+using detail::cat;
+using detail::invalid;
+using detail::shape_string;
+using detail::str;
+using detail::unsupported;
 
 std::string join(const std::vector<int>& v) {
   std::string s;
@@ -64,31 +63,27 @@ std::string join(const std::vector<DType>& v) {
   return s;
 }
 
-Status invalid(const std::string& msg) { return {StatusCode::kInvalidArgument, msg}; }
-Status unsupported(const std::string& msg) { return {StatusCode::kNotSupported, msg}; }
-
 // Rules that concern one tensor alone: presence, rank, sizes, strides.
 Status check_tensor(const char* name, const TensorView& t, Role role) {
   const std::string n = name;
+  const RoleLayout& layout = layout_of(role);
   if (t.data == nullptr) return invalid(n + ": data pointer is null");
-  if (t.rank != role_rank(role)) {
-    return invalid(cat(n, ": expected a ", role_rank(role), "-d tensor ",
-                       (role == Role::kLse ? "(batch, nheads, seqlen)" : "(batch, seqlen, nheads, head_dim)"),
-                       ", got rank ", t.rank));
+  if (t.rank != layout.rank) {
+    return invalid(cat(n, ": expected a ", layout.rank, "-d tensor ", layout.described, ", got rank ", t.rank));
   }
   for (int d = 0; d < t.rank; ++d) {
     if (t.shape[d] < 1) {
-      return invalid(cat(n, ": ", dim_name(role, d), " must be >= 1, got ", t.shape[d]));
+      return invalid(cat(n, ": ", layout.dims[d], " must be >= 1, got ", t.shape[d]));
     }
     if (t.shape[d] > kMaxInt32) {
-      return invalid(cat(n, ": ", dim_name(role, d), " ", t.shape[d], " is out of range (max ", kMaxInt32, ")"));
+      return invalid(cat(n, ": ", layout.dims[d], " ", t.shape[d], " is out of range (max ", kMaxInt32, ")"));
     }
     if (t.stride[d] < 0) {
-      return invalid(cat(n, ": stride of dim ", d, " (", dim_name(role, d), ") must be >= 0, got ", t.stride[d]));
+      return invalid(cat(n, ": stride of dim ", d, " (", layout.dims[d], ") must be >= 0, got ", t.stride[d]));
     }
   }
-  if (role != Role::kLse && t.stride[3] != 1) {
-    return invalid(cat(n, ": last dimension must be contiguous (stride 1), got stride ", t.stride[3]));
+  if (!is_lse(role) && t.stride[t.rank - 1] != 1) {
+    return invalid(cat(n, ": last dimension must be contiguous (stride 1), got stride ", t.stride[t.rank - 1]));
   }
   return Status::ok();
 }
@@ -105,7 +100,7 @@ Status check_lse_dtype(const TensorView& lse) {
 }
 
 Status check_same_shape(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) {
-  for (int d = 0; d < 4; ++d) {
+  for (int d = 0; d < t.rank; ++d) {
     if (t.shape[d] != ref.shape[d]) {
       return invalid(std::string(name) + ": shape " + shape_string(t) + " must equal " + ref_name + "'s shape " +
                      shape_string(ref));
@@ -181,21 +176,22 @@ Status check_dtype_and_head_dims(const TensorView& q, const TensorView& v, const
                        (target.space == ValidationTarget::Space::kDevice ? " on the GPU" : " on the CPU path") +
                        "; supported: " + join(target.dtypes));
   }
-  const std::int64_t d = q.shape[3];
+  const std::int64_t d = head_dim_of(q);
   const bool any = target.head_dims.empty();
   const int largest = any ? target.max_head_dim : *std::max_element(target.head_dims.begin(), target.head_dims.end());
   if (d > largest) {
     const std::string built = any ? "" : " (kernels built for head dims " + join(target.head_dims) + ")";
     return unsupported(cat("q: head dim ", d, " is not supported; supported: 1 to ", largest, built));
   }
-  if (v.shape[3] > target.max_head_dim_v) {
-    return unsupported(cat("v: head dim ", v.shape[3], " is not supported; supported: 1 to ", target.max_head_dim_v));
+  if (head_dim_of(v) > target.max_head_dim_v) {
+    return unsupported(
+        cat("v: head dim ", head_dim_of(v), " is not supported; supported: 1 to ", target.max_head_dim_v));
   }
   if (target.space == ValidationTarget::Space::kDevice) {
     // TMA moves rows in whole 16-byte units, stores included: a row that ends inside
     // one would have the unit's remaining elements written (measured).
     const std::int64_t unit = 16 / static_cast<std::int64_t>(dtype_size(q.dtype));
-    for (const auto& [name, dim] : {std::pair{"q", d}, std::pair{"v", v.shape[3]}}) {
+    for (const auto& [name, dim] : {std::pair{"q", d}, std::pair{"v", head_dim_of(v)}}) {
       if (dim % unit != 0) {
         return unsupported(cat(name, ": head dim ", dim, " is not a multiple of ", unit,
                                " (16 bytes), as the GPU needs; pad it with zero columns (flash_attn_func does)"));
@@ -216,17 +212,19 @@ Status check_head_dim_v_supported(const Problem& p, const ValidationTarget& targ
 }
 
 // TMA reads whole 16-byte units: base pointers and every non-unit stride must be
-// 16-byte multiples (the last dimension is contiguous already).
-Status check_device_tensor(const char* name, const TensorView& t, const ValidationTarget& target, bool tma) {
+// 16-byte multiples (the last dimension is contiguous already). `tma_role`: the role of
+// a tensor TMA reads (its dims named in the messages); none for one read element-wise.
+Status check_device_tensor(const char* name, const TensorView& t, const ValidationTarget& target,
+                           std::optional<Role> tma_role) {
   const std::string n = name;
-  if (tma) {
+  if (tma_role) {
     if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
       return invalid(n + ": data pointer is not 16-byte aligned (TMA needs it)");
     }
     const std::int64_t elems_per_16b = 16 / static_cast<std::int64_t>(dtype_size(t.dtype));
     for (int d = 0; d < t.rank - 1; ++d) {
       if (t.stride[d] % elems_per_16b != 0) {
-        return invalid(cat(n, ": stride ", t.stride[d], " of dim ", d, " (", dim_name(Role::kQLike, d),
+        return invalid(cat(n, ": stride ", t.stride[d], " of dim ", d, " (", layout_of(*tma_role).dims[d],
                            ") is not a multiple of ", elems_per_16b, " elements (16 bytes; TMA needs it)"));
       }
       if (t.stride[d] * static_cast<std::int64_t>(dtype_size(t.dtype)) >= kMaxTmaStrideBytes) {
@@ -301,17 +299,49 @@ Status check_workspace(const BackwardArgs& a, const ValidationTarget& target, st
   return Status::ok();
 }
 
+// The roles of a call's tensors: padded, or packed for a varlen call.
+struct CallLayout {
+  bool varlen;
+  Role rows;
+  Role lse;
+
+  explicit CallLayout(const VarlenArgs& v)
+      : varlen(v.enabled()),
+        rows(varlen ? Role::kPackedRows : Role::kRows),
+        lse(varlen ? Role::kPackedLse : Role::kLse) {}
+};
+
+Status check_shapes(const CallLayout& l, const TensorView& q, const TensorView& k, const TensorView& v, Problem* p) {
+  return l.varlen ? check_packed_qkv_shapes(q, k, v, p) : check_qkv_shapes(q, k, v, p);
+}
+
+Status check_out(const CallLayout& l, const char* name, const TensorView& t, const Problem& p) {
+  return l.varlen ? check_packed_out_shape(name, t, p) : check_out_shape(name, t, p);
+}
+
+Status check_lse(const CallLayout& l, const TensorView& lse, const Problem& p) {
+  return l.varlen ? check_packed_lse_shape(lse, p) : check_lse_shape(lse, p);
+}
+
+// The index tensors of a varlen call, once the totals are known; a fixed-length call's
+// VarlenArgs were checked to be unset first.
+Status check_indices(const CallLayout& l, const VarlenArgs& v, const ValidationTarget& target, Problem* p) {
+  return l.varlen ? check_varlen_indices(v, target, p) : Status::ok();
+}
+
 }  // namespace
 
 Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Problem* problem) {
   const bool device = target.space == ValidationTarget::Space::kDevice;
   const bool has_lse = a.lse.data != nullptr;
   const bool has_sinks = a.sinks.data != nullptr;
-  FA3_RETURN_IF_ERROR(check_tensor("q", a.q, Role::kQLike));
-  FA3_RETURN_IF_ERROR(check_tensor("k", a.k, Role::kKvLike));
-  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, Role::kKvLike));
-  FA3_RETURN_IF_ERROR(check_tensor("out", a.out, Role::kQLike));
-  if (has_lse) FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, Role::kLse));
+  const CallLayout layout(a.varlen);
+  if (!layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_absent(a.varlen));
+  FA3_RETURN_IF_ERROR(check_tensor("q", a.q, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("k", a.k, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("out", a.out, layout.rows));
+  if (has_lse) FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, layout.lse));
 
   FA3_RETURN_IF_ERROR(check_dtype_and_head_dims(a.q, a.v, target));
   FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
@@ -320,22 +350,24 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   if (has_lse) FA3_RETURN_IF_ERROR(check_lse_dtype(a.lse));
 
   Problem p;
-  FA3_RETURN_IF_ERROR(check_qkv_shapes(a.q, a.k, a.v, &p));
-  FA3_RETURN_IF_ERROR(check_out_shape("out", a.out, p));
-  if (has_lse) FA3_RETURN_IF_ERROR(check_lse_shape(a.lse, p));
+  FA3_RETURN_IF_ERROR(check_shapes(layout, a.q, a.k, a.v, &p));
+  FA3_RETURN_IF_ERROR(check_out(layout, "out", a.out, p));
+  if (has_lse) FA3_RETURN_IF_ERROR(check_lse(layout, a.lse, p));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_head_vector("sinks", a.sinks, p));
+  FA3_RETURN_IF_ERROR(check_indices(layout, a.varlen, target, &p));
 
   if (device) {
-    FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, true));
-    FA3_RETURN_IF_ERROR(check_device_tensor("k", a.k, target, true));
-    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, true));
-    FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, target, true));
-    if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, false));
-    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, false));
+    FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, layout.rows));
+    FA3_RETURN_IF_ERROR(check_device_tensor("k", a.k, target, layout.rows));
+    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, layout.rows));
+    FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, target, layout.rows));
+    if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, std::nullopt));
+    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, std::nullopt));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
   FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
+  if (layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_supported(target));
   p.has_sinks = has_sinks;
   *problem = p;
   return Status::ok();
@@ -345,15 +377,17 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
   const bool device = target.space == ValidationTarget::Space::kDevice;
   const bool has_sinks = a.sinks.data != nullptr;
   const bool has_dsinks = a.dsinks.data != nullptr;
-  FA3_RETURN_IF_ERROR(check_tensor("q", a.q, Role::kQLike));
-  FA3_RETURN_IF_ERROR(check_tensor("k", a.k, Role::kKvLike));
-  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, Role::kKvLike));
-  FA3_RETURN_IF_ERROR(check_tensor("out", a.out, Role::kQLike));
-  FA3_RETURN_IF_ERROR(check_tensor("dout", a.dout, Role::kQLike));
-  FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, Role::kLse));
-  FA3_RETURN_IF_ERROR(check_tensor("dq", a.dq, Role::kQLike));
-  FA3_RETURN_IF_ERROR(check_tensor("dk", a.dk, Role::kKvLike));
-  FA3_RETURN_IF_ERROR(check_tensor("dv", a.dv, Role::kKvLike));
+  const CallLayout layout(a.varlen);
+  if (!layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_absent(a.varlen));
+  FA3_RETURN_IF_ERROR(check_tensor("q", a.q, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("k", a.k, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("out", a.out, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("dout", a.dout, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, layout.lse));
+  FA3_RETURN_IF_ERROR(check_tensor("dq", a.dq, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("dk", a.dk, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("dv", a.dv, layout.rows));
 
   FA3_RETURN_IF_ERROR(check_dtype_and_head_dims(a.q, a.v, target));
   FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
@@ -366,28 +400,33 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
   FA3_RETURN_IF_ERROR(check_same_dtype("dv", a.dv, a.q));
 
   Problem p;
-  FA3_RETURN_IF_ERROR(check_qkv_shapes(a.q, a.k, a.v, &p));
-  FA3_RETURN_IF_ERROR(check_out_shape("out", a.out, p));
-  FA3_RETURN_IF_ERROR(check_out_shape("dout", a.dout, p));
-  FA3_RETURN_IF_ERROR(check_lse_shape(a.lse, p));
+  FA3_RETURN_IF_ERROR(check_shapes(layout, a.q, a.k, a.v, &p));
+  FA3_RETURN_IF_ERROR(check_out(layout, "out", a.out, p));
+  FA3_RETURN_IF_ERROR(check_out(layout, "dout", a.dout, p));
+  FA3_RETURN_IF_ERROR(check_lse(layout, a.lse, p));
   FA3_RETURN_IF_ERROR(check_same_shape("dq", a.dq, "q", a.q));
   FA3_RETURN_IF_ERROR(check_same_shape("dk", a.dk, "k", a.k));
   FA3_RETURN_IF_ERROR(check_same_shape("dv", a.dv, "v", a.v));
   if (has_dsinks && !has_sinks) return invalid("dsinks: given without sinks (it is the gradient of sinks)");
   if (has_sinks) FA3_RETURN_IF_ERROR(check_head_vector("sinks", a.sinks, p));
   if (has_dsinks) FA3_RETURN_IF_ERROR(check_head_vector("dsinks", a.dsinks, p));
+  FA3_RETURN_IF_ERROR(check_indices(layout, a.varlen, target, &p));
 
   if (device) {
     const char* names[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
     const TensorView* views[] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
-    for (int i = 0; i < 8; ++i) FA3_RETURN_IF_ERROR(check_device_tensor(names[i], *views[i], target, true));
-    FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, false));
-    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, false));
-    if (has_dsinks) FA3_RETURN_IF_ERROR(check_device_tensor("dsinks", a.dsinks, target, false));
+    for (int i = 0; i < 8; ++i) {
+      FA3_RETURN_IF_ERROR(check_device_tensor(names[i], *views[i], target, layout.rows));
+    }
+    FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, std::nullopt));
+    if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, std::nullopt));
+    if (has_dsinks) FA3_RETURN_IF_ERROR(check_device_tensor("dsinks", a.dsinks, target, std::nullopt));
   }
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
   FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
+  // Before the workspace: its size is the kernels', which take no varlen call yet.
+  if (layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_supported(target));
   p.has_sinks = has_sinks;
   if (device && target.backward_workspace) {
     FA3_RETURN_IF_ERROR(check_workspace(a, target, target.backward_workspace(p, a.deterministic)));

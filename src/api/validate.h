@@ -32,6 +32,7 @@ struct ValidationTarget {
   bool supports_softcap = false;
   bool supports_sinks = false;    // attention sinks (the sinks and dsinks arguments)
   bool supports_chunk = false;    // attention_chunk > 0
+  bool supports_varlen = false;   // variable-length batches (ForwardArgs::varlen)
   // Device only: returns an empty string when `ptr` is memory the current device can
   // use, else a description of what it is ("host memory", "memory of device 1").
   // Left empty, pointer location is not checked (unit tests of the other rules).

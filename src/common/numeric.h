@@ -73,7 +73,8 @@ inline float load_as_float(const void* base, std::int64_t i, DType dtype) {
     case DType::kFloat32: return static_cast<const float*>(base)[i];
     case DType::kBFloat16: return bf16_to_float(static_cast<const std::uint16_t*>(base)[i]);
     case DType::kFloat16: return fp16_to_float(static_cast<const std::uint16_t*>(base)[i]);
-    case DType::kFloat8E4M3: break;
+    case DType::kFloat8E4M3:
+    case DType::kInt32: break;
   }
   return NAN;
 }
@@ -83,7 +84,8 @@ inline void store_from_float(void* base, std::int64_t i, DType dtype, float v) {
     case DType::kFloat32: static_cast<float*>(base)[i] = v; return;
     case DType::kBFloat16: static_cast<std::uint16_t*>(base)[i] = float_to_bf16(v); return;
     case DType::kFloat16: static_cast<std::uint16_t*>(base)[i] = float_to_fp16(v); return;
-    case DType::kFloat8E4M3: return;
+    case DType::kFloat8E4M3:
+    case DType::kInt32: return;
   }
 }
 

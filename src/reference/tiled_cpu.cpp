@@ -61,8 +61,17 @@ struct Tiles {
   std::vector<float> row_sum;  // running sum of exp2 weights, relative to row_max
 
   Tiles(std::int64_t bm, std::int64_t bn, std::int64_t d, std::int64_t dv)
-      : block_m(bm), block_n(bn), head_dim(d), head_dim_v(dv),
-        q(bm * d), k(bn * d), v(bn * dv), s(bm * bn), acc(bm * dv), row_max(bm), row_sum(bm) {}
+      : block_m(bm),
+        block_n(bn),
+        head_dim(d),
+        head_dim_v(dv),
+        q(bm * d),
+        k(bn * d),
+        v(bn * dv),
+        s(bm * bn),
+        acc(bm * dv),
+        row_max(bm),
+        row_sum(bm) {}
 };
 
 std::int64_t element(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2, std::int64_t i3) {
@@ -71,8 +80,8 @@ std::int64_t element(const TensorView& t, std::int64_t i0, std::int64_t i1, std:
 
 // Copies `rows` rows (b, s0 + r, h, :) of a (batch, seqlen, nheads, head_dim) view into a
 // dense fp32 tile. Only rows inside the sequence are read.
-void load_tile(const TensorView& t, std::int64_t b, std::int64_t s0, std::int64_t rows, std::int64_t h,
-               std::int64_t d, float* tile) {
+void load_tile(const TensorView& t, std::int64_t b, std::int64_t s0, std::int64_t rows, std::int64_t h, std::int64_t d,
+               float* tile) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t base = element(t, b, s0 + r, h, 0);
     for (std::int64_t c = 0; c < d; ++c) {
@@ -100,8 +109,8 @@ bool needs_mask(const Problem& p, const QueryBlock& blk, std::int64_t n0, std::i
 }
 
 // S = Q K^T for one key block, in log2 units (see ScoreMap); masked entries become -inf.
-void compute_scores(const Problem& p, const QueryBlock& blk, const ScoreMap& map, std::int64_t n0,
-                    std::int64_t cols, Tiles& t) {
+void compute_scores(const Problem& p, const QueryBlock& blk, const ScoreMap& map, std::int64_t n0, std::int64_t cols,
+                    Tiles& t) {
   const bool mask = needs_mask(p, blk, n0, cols);
   const std::int64_t d = t.head_dim;
   for (std::int64_t r = 0; r < blk.rows; ++r) {
@@ -232,24 +241,45 @@ int thread_count(const TiledCpuConfig& config, std::int64_t items) {
   return static_cast<int>(std::clamp<std::int64_t>(n, 1, std::max<std::int64_t>(items, 1)));
 }
 
+// The global work item numbering: task t's items are [first_item[t], first_item[t + 1]).
+std::vector<std::int64_t> first_items(const std::vector<TiledTask>& tasks, std::int64_t block_m) {
+  std::vector<std::int64_t> first{0};
+  for (const TiledTask& task : tasks) {
+    const Problem& p = task.problem;
+    const std::int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
+    first.push_back(first.back() + p.batch * p.nheads_q * m_blocks);
+  }
+  return first;
+}
+
 }  // namespace
 
 void tiled_forward(const Problem& p, const ForwardArgs& args, const TiledCpuConfig& config) {
+  tiled_forward(std::vector<TiledTask>{{p, args}}, config);
+}
+
+void tiled_forward(const std::vector<TiledTask>& tasks, const TiledCpuConfig& config) {
   if (config.block_m < 1 || config.block_n < 1 || config.num_threads < 0) {
     throw std::invalid_argument("tiled_forward: block_m and block_n must be >= 1 and num_threads >= 0");
   }
-  const ScoreMap map(p);
-  const std::int64_t m_blocks = (p.seqlen_q + config.block_m - 1) / config.block_m;
-  const std::int64_t items = p.batch * p.nheads_q * m_blocks;
+  const std::vector<std::int64_t> first = first_items(tasks, config.block_m);
+  const std::int64_t items = first.back();
+  if (items == 0) return;
+  std::vector<ScoreMap> maps;
+  maps.reserve(tasks.size());
+  for (const TiledTask& task : tasks) maps.emplace_back(task.problem);
+  const Problem& dims = tasks.front().problem;
 
   std::atomic<std::int64_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr error;
   auto worker = [&] {
     try {
-      Tiles tiles(config.block_m, config.block_n, p.head_dim, p.head_dim_v);
+      Tiles tiles(config.block_m, config.block_n, dims.head_dim, dims.head_dim_v);
       for (std::int64_t item = next++; item < items; item = next++) {
-        run_block(p, args, map, work_item(p, config.block_m, item), tiles);
+        const auto t = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+        const Problem& p = tasks[t].problem;
+        run_block(p, tasks[t].args, maps[t], work_item(p, config.block_m, item - first[t]), tiles);
       }
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex);

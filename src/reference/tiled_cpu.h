@@ -3,6 +3,8 @@
 // GPU is present; mirrors the GPU kernel's algorithm so it can be read as its model.
 #pragma once
 
+#include <vector>
+
 #include "api/problem.h"
 #include "fa3/attention.h"
 
@@ -17,5 +19,16 @@ struct TiledCpuConfig {
 // Writes args.out (and args.lse when given), with args.sinks when given. `p` comes from
 // validate_forward.
 void tiled_forward(const Problem& p, const ForwardArgs& args, const TiledCpuConfig& config = {});
+
+// One fixed-length problem and its arguments: a whole call, or one sequence of a varlen
+// call (reference/varlen.h).
+struct TiledTask {
+  Problem problem;
+  ForwardArgs args;
+};
+
+// Runs the query blocks of every task on one pool of threads, so that many short
+// sequences keep the threads as busy as one long one. The tasks share their head dims.
+void tiled_forward(const std::vector<TiledTask>& tasks, const TiledCpuConfig& config = {});
 
 }  // namespace fa3::reference

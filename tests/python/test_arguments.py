@@ -100,7 +100,7 @@ def test_unsupported_options_raise(option, value, names):
 
 
 @pytest.mark.parametrize(
-    "name", ["flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_combine", "get_scheduler_metadata"]
+    "name", ["flash_attn_with_kvcache", "flash_attn_combine", "get_scheduler_metadata"]
 )
 def test_missing_entry_points_raise(name):
     with pytest.raises(NotImplementedError, match=name):

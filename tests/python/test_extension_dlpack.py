@@ -126,6 +126,32 @@ def test_forward_float16_strided_without_lse():
     assert np.abs(out - ref_out).max() <= min(bound, 4e-3)
 
 
+def test_varlen_forward_and_backward_float32():
+    """Packed sequences with int32 offsets (NumPy's int32 through DLPack): each equals the
+    sequence run alone, forward and backward; the row past the last sequence gets out 0,
+    lse -inf and dq 0."""
+    q_all, k_all, v_all = random_qkv(12, 15, batch=1, seed=6)
+    q, k, v = q_all[0, :12].copy(), k_all[0].copy(), v_all[0].copy()
+    cu_q, cu_k = np.array([0, 5, 11], np.int32), np.array([0, 6, 15], np.int32)
+    dout = np.random.default_rng(7).standard_normal(q.shape).astype(np.float32)
+    out, lse = np.empty_like(q), np.empty((q.shape[1], q.shape[0]), np.float32)
+    index = {"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k, "max_seqlen_q": 6, "max_seqlen_k": 9}
+    _C.forward(q, k, v, out, lse, causal=True, **index)
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    _C.backward(dout, q, k, v, out, lse, dq, dk, dv, causal=True, **index)
+    for b in range(2):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        one = (q[None, qs], k[None, ks], v[None, ks])
+        ref_out, ref_lse, _ = reference(*one, causal=True)
+        assert np.abs(out[qs] - ref_out[0]).max() < 1e-5
+        assert np.abs(lse[:, qs] - ref_lse[0]).max() < 1e-5
+        ref_dq, ref_dk, ref_dv = reference_grads(*one, dout[None, qs], causal=True)
+        assert np.abs(dq[qs] - ref_dq[0]).max() < 1e-4
+        assert np.abs(dk[ks] - ref_dk[0]).max() < 1e-4
+        assert np.abs(dv[ks] - ref_dv[0]).max() < 1e-4
+    assert np.all(out[11] == 0) and np.all(lse[:, 11] == -np.inf) and np.all(dq[11] == 0)
+
+
 def test_backward_float32():
     q, k, v = random_qkv(23, 31, seed=4)
     dout = np.random.default_rng(5).standard_normal(q.shape).astype(np.float32)

@@ -14,8 +14,9 @@
 namespace fa3::test {
 
 // kDeviceWithSinks: the device-like target taking sinks, as the GPU's will once its
-// kernels do, so that the rules on sinks checked before the GPU's refusal can be broken.
-enum class TargetKind { kDeviceLike, kCpu, kDeviceWithSinks };
+// kernels do, so that the rules on sinks checked before the GPU's refusal can be broken;
+// kDeviceWithVarlen likewise for variable-length calls.
+enum class TargetKind { kDeviceLike, kCpu, kDeviceWithSinks, kDeviceWithVarlen };
 
 template <class Args>
 struct RuleCase {
@@ -49,6 +50,7 @@ inline ValidationTarget make_target(TargetKind kind) {
   if (kind == TargetKind::kCpu) return cpu_target();
   ValidationTarget t = device_like_target();
   t.supports_sinks = kind == TargetKind::kDeviceWithSinks;
+  t.supports_varlen = kind == TargetKind::kDeviceWithVarlen;
   return t;
 }
 

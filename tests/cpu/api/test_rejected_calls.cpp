@@ -13,6 +13,7 @@
 #include "api/validate.h"
 #include "fa3/fa3.h"
 #include "valid_args.h"
+#include "valid_varlen_args.h"
 
 namespace fa3::test {
 namespace {
@@ -140,6 +141,52 @@ TEST(CpuBackwardRejection, NamesTheGradientThatBreaksARule) {
   const auto dq_before = valid.dq().snapshot();
   expect_status(cpu::backward(a), StatusCode::kInvalidArgument, "dk: dtype fp16 does not match q's dtype bf16");
   EXPECT_TRUE(valid.dq().equals(dq_before));
+}
+
+// A varlen rule broken on values that only the host reads: nothing is written either.
+TEST(CpuForwardRejection, BadCuSeqlensLeaveOutputsUntouched) {
+  ValidVarlenArgs valid;
+  ForwardArgs a = valid.forward();
+  static_cast<std::int32_t*>(a.varlen.cu_seqlens_q.data)[2] = 4;
+  valid.out().fill_nan_pattern();
+  valid.lse().fill_nan_pattern();
+  const auto out_before = valid.out().snapshot();
+  const auto lse_before = valid.lse().snapshot();
+  expect_status(cpu::forward(a), StatusCode::kInvalidArgument,
+                "cu_seqlens_q: cu_seqlens_q[2] = 4 is less than cu_seqlens_q[1] = 5 (must be non-decreasing)");
+  EXPECT_TRUE(valid.out().equals(out_before));
+  EXPECT_TRUE(valid.lse().equals(lse_before));
+}
+
+TEST(CpuBackwardRejection, BadSequsedLeavesGradientsUntouched) {
+  ValidVarlenArgs valid;
+  BackwardArgs a = valid.backward();
+  static_cast<std::int32_t*>(a.varlen.seqused_k.data)[1] = 4;
+  for (HostBuffer* b : {&valid.dq(), &valid.dk(), &valid.dv()}) b->fill_nan_pattern();
+  const auto dq_before = valid.dq().snapshot();
+  const auto dk_before = valid.dk().snapshot();
+  const auto dv_before = valid.dv().snapshot();
+  expect_status(cpu::backward(a), StatusCode::kInvalidArgument,
+                "seqused_k: seqused_k[1] = 4 is outside [0, 3], sequence 1's length in cu_seqlens_k");
+  EXPECT_TRUE(valid.dq().equals(dq_before));
+  EXPECT_TRUE(valid.dk().equals(dk_before));
+  EXPECT_TRUE(valid.dv().equals(dv_before));
+}
+
+// The GPU entries refuse a varlen call (with host pointers, or without kernels, for an
+// earlier reason too) and write nothing.
+TEST(GpuForwardRejection, VarlenLeavesOutputsUntouched) {
+  ValidVarlenArgs valid;
+  valid.out().fill_nan_pattern();
+  const auto out_before = valid.out().snapshot();
+  EXPECT_FALSE(forward(valid.forward(), nullptr).is_ok());
+  EXPECT_TRUE(valid.out().equals(out_before));
+  for (HostBuffer* b : {&valid.dq(), &valid.dk(), &valid.dv()}) b->fill_nan_pattern();
+  const auto dq_before = valid.dq().snapshot();
+  EXPECT_FALSE(backward(valid.backward(), nullptr).is_ok());
+  EXPECT_TRUE(valid.dq().equals(dq_before));
+  std::size_t bytes = 0;
+  EXPECT_FALSE(backward_workspace_size(valid.backward(), &bytes).is_ok());
 }
 
 // Arguments valid for the GPU build in every respect but where the memory lives.

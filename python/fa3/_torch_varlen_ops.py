@@ -1,0 +1,165 @@
+"""fa3's variable-length attention as PyTorch custom operators: fa3::varlen_fwd and
+fa3::varlen_bwd, the packed-layout twins of fa3::fwd and fa3::bwd (_torch_ops).
+
+q, k, v are (total, nheads, headdim), out (total_q, nheads, headdim_v) and lse
+(nheads, total_q); cu_seqlens_q / cu_seqlens_k (int32, batch + 1) and the optional
+seqused_q / seqused_k (int32, batch) say which rows form each sequence. Only the CPU
+path runs them for now; the fake implementations give shapes anywhere, so that
+flash_attn_varlen_func traces under torch.compile.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _C
+from ._torch_ops import _detached, _dsinks_like, _out_dtype, _placement
+
+
+def _varlen_outputs(q, v):
+    total_q, nheads, _ = q.shape
+    out = q.new_empty((total_q, nheads, v.shape[-1]), dtype=_out_dtype(q.dtype))
+    lse = q.new_empty((nheads, total_q), dtype=torch.float32)
+    return out, lse
+
+
+def _index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k):
+    """The extension's keywords for the index tensors and bounds of a varlen call."""
+    return {
+        "cu_seqlens_q": cu_seqlens_q,
+        "cu_seqlens_k": cu_seqlens_k,
+        "seqused_q": seqused_q,
+        "seqused_k": seqused_k,
+        "max_seqlen_q": max_seqlen_q,
+        "max_seqlen_k": max_seqlen_k,
+    }
+
+
+@torch.library.custom_op("fa3::varlen_fwd", mutates_args=())
+def varlen_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_q: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    sinks: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    attention_chunk: int,
+) -> tuple[Tensor, Tensor]:
+    """Returns (out, lse) of a varlen call; `deterministic` is the backward's setting,
+    carried here so that autograd can see it."""
+    q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
+    out, lse = _varlen_outputs(q, v)
+    _C.forward(
+        q,
+        k,
+        v,
+        out,
+        lse,
+        sinks=sinks,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        attention_chunk=attention_chunk,
+        **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
+        **_placement(q),
+    )
+    return out, lse
+
+
+@varlen_forward.register_fake
+def _varlen_forward_fake(q, k, v, *args):
+    return _varlen_outputs(q, v)
+
+
+@torch.library.custom_op("fa3::varlen_bwd", mutates_args=())
+def varlen_backward(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_q: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    sinks: Optional[Tensor],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    deterministic: bool,
+    attention_chunk: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv, dsinks) in q's, k's and v's packed shapes; dsinks is empty
+    (0 elements) when sinks is None. Rows of no sequence get zero gradients."""
+    dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
+    dsinks = _dsinks_like(q, sinks)
+    _C.backward(
+        dout.detach(),
+        q.detach(),
+        k.detach(),
+        v.detach(),
+        out.detach(),
+        lse.detach(),
+        dq,
+        dk,
+        dv,
+        sinks=_detached(sinks),
+        dsinks=dsinks if sinks is not None else None,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        deterministic=deterministic,
+        attention_chunk=attention_chunk,
+        **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
+        **_placement(q),
+    )
+    return dq, dk, dv, dsinks
+
+
+@varlen_backward.register_fake
+def _varlen_backward_fake(dout, q, k, v, out, lse, *args):
+    sinks = args[6]  # after the four index tensors and the two bounds
+    return tuple(t.new_empty(t.shape) for t in (q, k, v)) + (_dsinks_like(q, sinks),)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, *options = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, sinks, out, lse)
+    ctx.bounds = (max_seqlen_q, max_seqlen_k)
+    ctx.options = options
+    ctx.mark_non_differentiable(lse)
+
+
+def _varlen_forward_grad(ctx, dout, _dlse):
+    q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, sinks, out, lse = ctx.saved_tensors
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    dq, dk, dv, dsinks = varlen_backward(
+        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, *ctx.bounds, sinks, *ctx.options
+    )
+    # No gradient for the index tensors, the bounds or the options.
+    return (dq, dk, dv) + (None,) * 6 + (dsinks if sinks is not None else None,) + (None,) * len(ctx.options)
+
+
+varlen_forward.register_autograd(_varlen_forward_grad, setup_context=_setup_context)

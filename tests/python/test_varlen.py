@@ -1,0 +1,290 @@
+"""flash_attn_varlen_func on CPU tensors: FlashAttention-3's signature, results and
+gradients equal to a loop of flash_attn_func over the sequences (lengths 0 and 1,
+seqused, rows past the last sequence, every option), argument checks naming the
+argument, the refusal of CUDA tensors, and the custom ops under opcheck and
+torch.compile.
+"""
+
+import inspect
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa3  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+# FlashAttention-3's hopper/flash_attn_interface.py flash_attn_varlen_func: names, order,
+# defaults; fa3's own keyword `sinks` follows them.
+FA3_VARLEN_SIGNATURE = [
+    ("q", inspect.Parameter.empty),
+    ("k", inspect.Parameter.empty),
+    ("v", inspect.Parameter.empty),
+    ("cu_seqlens_q", inspect.Parameter.empty),
+    ("cu_seqlens_k", inspect.Parameter.empty),
+    ("max_seqlen_q", inspect.Parameter.empty),
+    ("max_seqlen_k", inspect.Parameter.empty),
+    ("seqused_q", None),
+    ("seqused_k", None),
+    ("softmax_scale", None),
+    ("causal", False),
+    ("qv", None),
+    ("q_descale", None),
+    ("k_descale", None),
+    ("v_descale", None),
+    ("window_size", (-1, -1)),
+    ("attention_chunk", 0),
+    ("softcap", 0.0),
+    ("num_splits", 1),
+    ("pack_gqa", None),
+    ("deterministic", False),
+    ("sm_margin", 0),
+    ("return_attn_probs", False),
+    ("sinks", None),
+]
+
+# Query lengths 1, 0, odd ones and one past a 64-row tile; a query sequence without keys
+# (the fourth) and keys without queries (the second).
+Q_LENS = [1, 0, 17, 5, 70, 2]
+K_LENS = [3, 4, 33, 0, 129, 1]
+
+
+def offsets(lens):
+    return torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32)
+
+
+def make_varlen(q_lens=Q_LENS, k_lens=K_LENS, heads=(4, 2), head_dim=32, dtype=torch.bfloat16, extra=(3, 2), seed=0,
+                requires_grad=False):
+    """Packed q, k, v with `extra` rows past the last sequence, and the offsets."""
+    gen = torch.Generator().manual_seed(seed)
+    total_q, total_k = sum(q_lens) + extra[0], sum(k_lens) + extra[1]
+    q = torch.randn(total_q, heads[0], head_dim, generator=gen).to(dtype)
+    k = torch.randn(total_k, heads[1], head_dim, generator=gen).to(dtype)
+    v = torch.randn(total_k, heads[1], head_dim, generator=gen).to(dtype)
+    for t in (q, k, v):
+        t.requires_grad_(requires_grad)
+    return q, k, v, offsets(q_lens), offsets(k_lens)
+
+
+def per_sequence(q, k, v, cu_q, cu_k, used_q=None, used_k=None, sinks=None, **options):
+    """(out, lse) of flash_attn_func run on each sequence alone, packed like
+    flash_attn_varlen_func's; rows of no sequence 0 and -inf."""
+    out = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=q.dtype)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"))
+    for b in range(len(cu_q) - 1):
+        q0, k0 = int(cu_q[b]), int(cu_k[b])
+        sq = int(used_q[b]) if used_q is not None else int(cu_q[b + 1]) - q0
+        sk = int(used_k[b]) if used_k is not None else int(cu_k[b + 1]) - k0
+        if sq == 0:
+            continue
+        if sk == 0:
+            lse[:, q0 : q0 + sq] = sinks[:, None] if sinks is not None else float("-inf")
+            continue
+        o, l = fa3.flash_attn_func(
+            q[None, q0 : q0 + sq], k[None, k0 : k0 + sk], v[None, k0 : k0 + sk], sinks=sinks, return_attn_probs=True,
+            **options
+        )
+        out[q0 : q0 + sq] = o[0]
+        lse[:, q0 : q0 + sq] = l[0]
+    return out, lse
+
+
+def test_signature_matches_flashattention3():
+    params = inspect.signature(fa3.flash_attn_varlen_func).parameters
+    assert [(name, p.default) for name, p in params.items()] == FA3_VARLEN_SIGNATURE
+
+
+OPTIONS = [
+    {},
+    {"causal": True},
+    {"window_size": (8, 3), "softcap": 2.0},
+    {"causal": True, "attention_chunk": 16},
+    {"softmax_scale": 0.3, "window_size": (-1, 5)},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["full", "causal", "window-softcap", "chunk", "scale-window"])
+@pytest.mark.parametrize("heads", [(4, 2), (4, 4), (4, 1)], ids=["gqa", "mha", "mqa"])
+def test_equals_each_sequence_alone(options, heads):
+    q, k, v, cu_q, cu_k = make_varlen(heads=heads)
+    out, lse = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 70, 129, return_attn_probs=True, **options)
+    want_out, want_lse = per_sequence(q, k, v, cu_q, cu_k, **options)
+    assert out.shape == (q.shape[0], 4, 32) and lse.shape == (4, q.shape[0]) and lse.dtype == torch.float32
+    assert torch.equal(out, want_out)
+    assert torch.equal(lse, want_lse)
+
+
+def test_seqused_ignores_the_unused_rows():
+    """Rows past seqused take no part: NaN there changes nothing, and their out is 0."""
+    q, k, v, cu_q, cu_k = make_varlen(dtype=torch.float32)
+    used_q = torch.tensor([1, 0, 9, 5, 64, 0], dtype=torch.int32)
+    used_k = torch.tensor([2, 4, 33, 0, 100, 1], dtype=torch.int32)
+    for t, cu, used in ((q, cu_q, used_q), (k, cu_k, used_k), (v, cu_k, used_k)):
+        for b in range(len(used)):
+            t[int(cu[b]) + int(used[b]) : int(cu[b + 1])] = float("nan")
+        t[int(cu[-1]) :] = float("nan")
+    out, lse = fa3.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 64, 100, seqused_q=used_q, seqused_k=used_k, causal=True, return_attn_probs=True
+    )
+    want_out, want_lse = per_sequence(q, k, v, cu_q, cu_k, used_q, used_k, causal=True)
+    assert torch.equal(out, want_out)
+    assert torch.equal(lse, want_lse)
+
+
+def test_sinks_equal_each_sequence_alone():
+    q, k, v, cu_q, cu_k = make_varlen()
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(3)) * 2
+    out, lse = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 70, 129, causal=True, sinks=sinks,
+                                          return_attn_probs=True)
+    want_out, want_lse = per_sequence(q, k, v, cu_q, cu_k, sinks=sinks, causal=True)
+    assert torch.equal(out, want_out)
+    assert torch.equal(lse, want_lse)
+
+
+@pytest.mark.parametrize("options", OPTIONS[:4], ids=["full", "causal", "window-softcap", "chunk"])
+def test_gradients_equal_each_sequence_alone(options):
+    q, k, v, cu_q, cu_k = make_varlen(requires_grad=True)
+    sinks = (torch.randn(4, generator=torch.Generator().manual_seed(4)) * 2).requires_grad_()
+    dout = torch.randn(q.shape[0], 4, 32, generator=torch.Generator().manual_seed(5)).to(q.dtype)
+    out = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 70, 129, sinks=sinks, **options)
+    grads = torch.autograd.grad(out, (q, k, v, sinks), dout)
+
+    want = [torch.zeros_like(t) for t in (q, k, v, sinks)]
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 == q0 or k1 == k0:
+            continue
+        parts = (q[None, q0:q1], k[None, k0:k1], v[None, k0:k1])
+        o = fa3.flash_attn_func(*parts, sinks=sinks, **options)
+        dq, dk, dv, ds = torch.autograd.grad(o, (*parts, sinks), dout[None, q0:q1])
+        want[0][q0:q1], want[1][k0:k1], want[2][k0:k1] = dq[0], dk[0], dv[0]
+        want[3] += ds
+    for name, got, expected in zip(("dq", "dk", "dv"), grads, want):
+        assert torch.equal(got, expected), name
+    torch.testing.assert_close(grads[3], want[3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{}, {"causal": True, "window_size": (3, 0)}], ids=["full", "causal-window"])
+def test_gradcheck(options):
+    """gradcheck against finite differences, with a sequence without queries, seqused_k
+    and rows past the last sequence. The CPU path takes fp32 at most: fp64 leaves are
+    rounded at the call, hence the tolerances of test_cpu_path's gradcheck."""
+    q, k, v, cu_q, cu_k = make_varlen([3, 0, 4], [2, 3, 5], heads=(2, 1), head_dim=8, dtype=torch.float64,
+                                      extra=(1, 1), requires_grad=True)
+    used_k = torch.tensor([2, 1, 5], dtype=torch.int32)
+
+    def attention(q, k, v):
+        return fa3.flash_attn_varlen_func(q.float(), k.float(), v.float(), cu_q, cu_k, 4, 5, seqused_k=used_k,
+                                          **options).double()
+
+    assert torch.autograd.gradcheck(attention, (q, k, v), eps=1e-3, atol=1e-3, rtol=1e-3)
+
+
+def test_cuda_tensors_are_refused():
+    with FakeTensorMode():
+        q = torch.empty(10, 4, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.empty(12, 2, 64, device="cuda", dtype=torch.bfloat16)
+        cu = torch.tensor([0, 10], dtype=torch.int32, device="cuda")
+        with pytest.raises(NotImplementedError, match="cu_seqlens_q: variable-length batches are not implemented"):
+            fa3.flash_attn_varlen_func(q, k, k, cu, cu, 10, 12)
+
+
+@pytest.mark.parametrize(
+    "option, value, names",
+    [
+        ("qv", "tensor", "qv"),
+        ("q_descale", "tensor", "q_descale"),
+        ("num_splits", 2, "num_splits=2"),
+        ("pack_gqa", True, "pack_gqa"),
+        ("sm_margin", 1, "sm_margin"),
+    ],
+)
+def test_unsupported_options_raise(option, value, names):
+    q, k, v, cu_q, cu_k = make_varlen()
+    value = torch.ones(1) if value == "tensor" else value
+    with pytest.raises(NotImplementedError, match=names):
+        fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 70, 129, **{option: value})
+
+
+def bad_call(**changes):
+    q, k, v, cu_q, cu_k = make_varlen()
+    args = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k, "max_seqlen_q": 70,
+            "max_seqlen_k": 129}
+    args.update(changes)
+    return args
+
+
+BAD_CALLS = [
+    ("q_4d", lambda: bad_call(q=torch.ones(1, 98, 4, 32)), ValueError,
+     "q: expected a 3-d tensor (total, nheads, headdim), got shape (1, 98, 4, 32)"),
+    ("cu_seqlens_q_int64", lambda: bad_call(cu_seqlens_q=offsets(Q_LENS).long()), ValueError,
+     "cu_seqlens_q: dtype torch.int64 is not supported; use torch.int32"),
+    ("cu_seqlens_k_list", lambda: bad_call(cu_seqlens_k=[0, 3]), TypeError,
+     "cu_seqlens_k: expected a torch.Tensor, got list"),
+    ("seqused_q_2d", lambda: bad_call(seqused_q=torch.zeros(1, 6, dtype=torch.int32)), ValueError,
+     "seqused_q: expected a 1-d tensor, got shape (1, 6)"),
+    ("max_seqlen_q_float", lambda: bad_call(max_seqlen_q=70.0), TypeError, "max_seqlen_q: expected an int, got 70.0"),
+    ("cu_seqlens_q_decreasing", lambda: bad_call(cu_seqlens_q=torch.tensor([0, 1, 0, 18, 23, 93, 95],
+                                                                            dtype=torch.int32)),
+     ValueError, "cu_seqlens_q: cu_seqlens_q[2] = 0 is less than cu_seqlens_q[1] = 1 (must be non-decreasing)"),
+    ("cu_seqlens_k_length", lambda: bad_call(cu_seqlens_k=offsets(K_LENS[:5])), ValueError,
+     "cu_seqlens_k: shape (6) must be (batch + 1) = (7)"),
+    ("max_seqlen_k_too_small", lambda: bad_call(max_seqlen_k=128), ValueError,
+     "max_seqlen_k: 128 is less than the longest key sequence, 129 (sequence 4)"),
+    ("seqused_k_past_length", lambda: bad_call(seqused_k=torch.tensor([4, 0, 0, 0, 0, 0], dtype=torch.int32)),
+     ValueError, "seqused_k: seqused_k[0] = 4 is outside [0, 3], sequence 0's length in cu_seqlens_k"),
+]
+
+
+@pytest.mark.parametrize("make, error, message", [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS])
+def test_bad_arguments_name_the_argument(make, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        fa3.flash_attn_varlen_func(**make())
+
+
+def test_fake_shapes():
+    with FakeTensorMode():
+        q = torch.empty(100, 8, 128, dtype=torch.bfloat16)
+        k = torch.empty(70, 2, 128, dtype=torch.bfloat16)
+        v = torch.empty(70, 2, 64, dtype=torch.bfloat16)
+        cu = torch.empty(4, dtype=torch.int32)
+        out, lse = fa3.flash_attn_varlen_func(q, k, v, cu, cu, 50, 40, causal=True, return_attn_probs=True)
+        assert out.shape == (100, 8, 64) and lse.shape == (8, 100) and lse.dtype == torch.float32
+        grads = torch.ops.fa3.varlen_bwd(out, q, k, v, out, lse, cu, cu, None, None, 50, 40, None, 0.0, True, -1, 0,
+                                         0.0, False, 0)
+        assert [g.shape for g in grads] == [q.shape, k.shape, v.shape, (0,)]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_opcheck_forward_and_backward(causal):
+    q, k, v, cu_q, cu_k = make_varlen(requires_grad=True)
+    used_q = torch.tensor([1, 0, 9, 5, 64, 0], dtype=torch.int32)
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(6)).requires_grad_()
+    bounds = (cu_q, cu_k, used_q, None, 70, 129)
+    options = (0.0, causal, -1, 0 if causal else -1, 0.0, False, 0)
+    torch.library.opcheck(torch.ops.fa3.varlen_fwd.default, (q, k, v, *bounds, sinks, *options))
+    out, lse = torch.ops.fa3.varlen_fwd(q, k, v, *bounds, sinks, *options)
+    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, *bounds, sinks.detach(),
+            *options)
+    torch.library.opcheck(torch.ops.fa3.varlen_bwd.default, args)
+
+
+def varlen_block(q, k, v, cu_q, cu_k):
+    out = fa3.flash_attn_varlen_func(q * 0.5, k, v, cu_q, cu_k, 70, 129, causal=True)
+    return out.float().square().sum(dim=-1)
+
+
+def test_compile_fullgraph_forward_and_backward():
+    q, k, v, cu_q, cu_k = make_varlen(requires_grad=True)
+    varlen_block(q, k, v, cu_q, cu_k).sum().backward()
+    eager = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    torch._dynamo.reset()
+    compiled = torch.compile(varlen_block, fullgraph=True, backend="aot_eager")
+    result = compiled(q, k, v, cu_q, cu_k)
+    assert torch.equal(result, varlen_block(q, k, v, cu_q, cu_k))
+    result.sum().backward()
+    for name, t, want in zip("qkv", (q, k, v), eager):
+        assert torch.equal(t.grad, want), name
