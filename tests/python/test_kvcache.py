@@ -257,6 +257,17 @@ def test_combine_matches_the_direct_merge(out_dtype):
     assert torch.all(out[1, 2] == 0) and torch.all(lse[1, 2] == float("-inf"))
 
 
+def test_combine_takes_the_packed_layout():
+    g = torch.Generator().manual_seed(9)
+    out_partial = torch.randn(2, 7, 3, 8, generator=g)
+    lse_partial = torch.randn(2, 7, 3, generator=g)
+    out, lse = fa3.flash_attn_combine(out_partial, lse_partial)
+    want_out, want_lse = direct_merge(out_partial, lse_partial)
+    assert out.shape == (7, 3, 8) and lse.shape == (7, 3)
+    torch.testing.assert_close(out.double(), want_out, atol=1e-5, rtol=0)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=0)
+
+
 def test_combine_of_key_halves_is_the_whole_call():
     g = torch.Generator().manual_seed(8)
     q, k, v = (torch.randn(2, 3, 4, 32, generator=g) for _ in range(3))

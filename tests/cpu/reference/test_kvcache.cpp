@@ -2,7 +2,7 @@
 // equals the fixed-length CPU forward on the keys it should see — bit for bit when no
 // rotary embedding changes the inputs, within fp32 rounding of the rotated inputs when one
 // does — with a contiguous cache, cache_batch_idx, leftpad, paged caches of page sizes 1,
-// 3, 16 and 64 in random page order, appends that cross page boundaries, rotary in both
+// 3, 16, 64 and 256 (larger than the cache) in random page order, appends that cross page boundaries, rotary in both
 // styles, every mask option, GQA and MQA; the appended rows are in the cache afterwards,
 // NaN in entries no sequence may read never leaks, and num_splits changes nothing.
 #include <gtest/gtest.h>
@@ -33,7 +33,7 @@ KvCase base(const std::string& name) {
 std::vector<KvCase> cases() {
   std::vector<KvCase> all;
   all.push_back(base("contiguous_gqa"));
-  for (std::int64_t page : {1, 3, 16, 64}) {
+  for (std::int64_t page : {1, 3, 16, 64, 256}) {
     KvCase c = base("paged" + std::to_string(page) + "_append_causal");
     c.page_size = page;
     c.seqlen_q = 3;
