@@ -5,10 +5,14 @@
 // backward() runs the exact reference (fp64 accumulation); it is slow and meant for
 // checking results, not for training. Both take attention sinks, a V head dim that
 // differs from q's and k's, and variable-length batches (ForwardArgs::varlen), whose
-// index tensors they read on the host (fa3/attention.h).
+// index tensors they read on the host (fa3/attention.h). forward_with_kvcache and combine
+// run the calls of fa3/kvcache.h; forward_with_kvcache reads its index tensors on the host
+// too, ignores num_splits (its result never depends on it) and appends to the cache
+// before it attends.
 #pragma once
 
 #include "fa3/attention.h"
+#include "fa3/kvcache.h"
 
 namespace fa3::cpu {
 
@@ -19,5 +23,7 @@ struct Options {
 // Supported dtypes: fp32, fp16, bf16 (all tensors of q/k/v/out share one; lse is fp32).
 Status forward(const ForwardArgs& args, const Options& options = {});
 Status backward(const BackwardArgs& args, const Options& options = {});
+Status forward_with_kvcache(const KvCacheArgs& args, const Options& options = {});
+Status combine(const CombineArgs& args);
 
 }  // namespace fa3::cpu

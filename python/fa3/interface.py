@@ -8,7 +8,8 @@ yet raises NotImplementedError naming it, and none is ignored. fa3 adds one keyw
 of its own after them, ``sinks`` (attention sinks, as in gpt-oss).
 
 Tensors are (batch, seqlen, nheads, headdim), or packed (total, nheads, headdim)
-for flash_attn_varlen_func, which runs on CPU tensors only for now. CUDA tensors run fa3's Hopper
+for flash_attn_varlen_func; flash_attn_varlen_func, flash_attn_with_kvcache and
+flash_attn_combine run on CPU tensors only for now. CUDA tensors run fa3's Hopper
 kernels on the current stream of their device; CPU tensors run fa3's CPU path
 (slow, exact enough to test against). Errors: TypeError / ValueError for bad
 arguments, NotImplementedError for what fa3 does not support, RuntimeError for
@@ -18,6 +19,7 @@ CUDA failures.
 import torch
 
 from . import _checks
+from . import _kvcache
 from . import _torch_ops
 from . import _torch_varlen_ops
 
@@ -257,21 +259,168 @@ def flash_attn_varlen_func(
     return (out, softmax_lse) if return_attn_probs else out
 
 
-def _not_implemented(name, feature):
-    def unsupported(*args, **kwargs):
-        raise NotImplementedError(
-            f"fa3 does not implement {name} yet ({feature}); flash_attn_func and flash_attn_varlen_func "
-            "cover attention without a KV cache"
-        )
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    qv=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    page_table=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k_new=None,
+    max_seqlen_q=None,
+    rotary_seqlens=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    softcap=0.0,
+    rotary_interleaved=True,
+    scheduler_metadata=None,
+    num_splits=0,
+    pack_gqa=None,
+    sm_margin=0,
+    return_softmax_lse=False,
+    sinks=None,
+):
+    """Attention of q over a KV cache, after appending new keys and values to it (decoding).
 
-    unsupported.__name__ = unsupported.__qualname__ = name
-    unsupported.__doc__ = (
-        f"FlashAttention-3's {name}, not implemented by fa3 yet ({feature}): raises NotImplementedError."
-    )
-    return unsupported
+    q: (batch, seqlen_q, nheads, headdim). k_cache / v_cache: (batch_cache, seqlen_cache,
+    nheads_k, headdim / headdim_v), or paged, (num_pages, page_size, nheads_k, headdim) with
+    page_table int32 (batch, max_pages_per_seq) naming each sequence's pages in order (any
+    page_size). cache_seqlens: int32 (batch), or an int, the valid entries of each
+    sequence's cache (None: the whole cache). cache_batch_idx: int32 (batch), the cache row
+    of each sequence (contiguous cache only). cache_leftpad: int32 (batch), the first valid
+    entry of each sequence's cache.
+
+    k / v: None, or (batch, seqlen_new, nheads_k, headdim / headdim_v), written into the
+    cache IN PLACE at positions cache_seqlens[b] .. + seqlen_new - 1 before attending, so
+    that sequence b attends over cache entries [cache_leftpad[b], cache_seqlens[b] +
+    seqlen_new). rotary_cos / rotary_sin: None, or (seqlen_ro, rotary_dim / 2) in q's
+    dtype, only with k and v: the first rotary_dim columns of k are rotated at their
+    positions cache_seqlens[b] + i (rotary_seqlens[b] + i when given), and those of q at
+    the same positions when causal or windowed (q being the new tokens), else all at
+    cache_seqlens[b]; rotary_interleaved: pairs (0, 1), (2, 3)... (GPT-J) when True,
+    halves (GPT-NeoX) when False. The cache receives the rotated k.
+
+    causal, window_size, attention_chunk, softcap, softmax_scale and sinks act as in
+    flash_attn_func within each sequence, aligned to the bottom-right corner of its
+    (seqlen_q, keys) square. num_splits and scheduler_metadata (get_scheduler_metadata's)
+    steer how the GPU splits the keys; the result never depends on them, and the CPU path
+    ignores both.
+
+    Returns out (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse) when
+    return_softmax_lse is True, softmax_lse being (batch, nheads, seqlen_q) in float32.
+    No gradient (as in FlashAttention-3).
+
+    Runs on CPU tensors (fa3's CPU path); CUDA tensors raise NotImplementedError, as fa3's
+    GPU kernels do not take a KV cache yet. Not supported either (NotImplementedError): qv,
+    q/k/v_descale, cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed queries),
+    pack_gqa=True, sm_margin != 0.
+    """
+    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, 1, pack_gqa, sm_margin)
+    packed = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new), ("max_seqlen_q", max_seqlen_q))
+    for name, value in packed:
+        if value is not None:
+            raise NotImplementedError(
+                f"{name}: packed (variable-length) queries in flash_attn_with_kvcache are not supported by fa3 yet; "
+                f"pass {name}=None"
+            )
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _kvcache.require_tensor(name, t)
+    _kvcache.refuse_cuda("k_cache", q, "KV-cache attention")
+    chunk = _checks.attention_chunk_arg(attention_chunk)
+    _checks.check_sinks(sinks, q)
+    capacity = k_cache.shape[1] * (page_table.shape[1] if page_table is not None else 1)
+    seqlens = _kvcache.cache_seqlens_tensor(cache_seqlens, q.shape[0], capacity, q.device)
+    scale = _checks.softmax_scale_arg(softmax_scale)
+    is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], capacity)
+    optional = {
+        "k_new": k,
+        "v_new": v,
+        "page_table": page_table,
+        "cache_batch_idx": cache_batch_idx,
+        "cache_leftpad": cache_leftpad,
+        "rotary_cos": rotary_cos,
+        "rotary_sin": rotary_sin,
+        "rotary_seqlens": rotary_seqlens,
+        "sinks": sinks,
+    }
+    options = {
+        "rotary_interleaved": bool(rotary_interleaved),
+        "softmax_scale": scale,
+        "causal": is_causal,
+        "window_left": window_left,
+        "window_right": window_right,
+        "softcap": float(softcap),
+        "attention_chunk": chunk,
+        "num_splits": int(num_splits),
+    }
+    with torch.no_grad():
+        return _kvcache.run_kvcache(q, k_cache, v_cache, seqlens, optional, options, return_softmax_lse)
 
 
-# FlashAttention-3's other entry points, present so that a call names what is missing.
-flash_attn_with_kvcache = _not_implemented("flash_attn_with_kvcache", "KV cache, paged KV and decoding")
-flash_attn_combine = _not_implemented("flash_attn_combine", "combining split-KV partial results")
-get_scheduler_metadata = _not_implemented("get_scheduler_metadata", "precomputed scheduler metadata")
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """The exact merge of attention results computed over disjoint parts of the keys (split KV).
+
+    out_partial: (num_splits, batch, seqlen, nheads, headdim) float32; lse_partial:
+    (num_splits, batch, seqlen, nheads) float32, any strides (FlashAttention-3's layouts;
+    (num_splits, total, nheads, headdim) and (num_splits, total, nheads) also work). With
+    lse = logsumexp over the splits of lse_partial, out = sum over the splits of
+    exp(lse_partial - lse) * out_partial; a row whose partial lse are all -inf gives 0
+    (and lse -inf), whatever its partial outputs hold.
+
+    out: None, or a tensor (batch, seqlen, nheads, headdim) to write the result into;
+    out_dtype: the result's dtype (float32, float16 or bfloat16; default out's, else
+    float32). Returns (out, lse), lse (batch, seqlen, nheads) in float32. CPU tensors only
+    for now (CUDA tensors raise NotImplementedError).
+    """
+    _kvcache.require_tensor("out_partial", out_partial)
+    _kvcache.require_tensor("lse_partial", lse_partial)
+    return _kvcache.combine(out_partial, lse_partial, out, out_dtype)
+
+
+def get_scheduler_metadata(
+    batch_size,
+    max_seqlen_q,
+    max_seqlen_k,
+    num_heads_q,
+    num_heads_kv,
+    headdim,
+    cache_seqlens,
+    qkv_dtype=torch.bfloat16,
+    headdim_v=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k_new=None,
+    cache_leftpad=None,
+    page_size=None,
+    max_seqlen_k_new=0,
+    causal=False,
+    window_size=(-1, -1),
+    attention_chunk=0,
+    has_softcap=False,
+    num_splits=0,
+    pack_gqa=None,
+    sm_margin=0,
+):
+    """Precomputed scheduling for flash_attn_with_kvcache(scheduler_metadata=...).
+
+    Takes FlashAttention-3's arguments and returns an int32 tensor on cache_seqlens' device,
+    as FlashAttention-3 does. fa3 schedules nothing ahead yet: the tensor holds, per
+    sequence, the number of key splits it would use (num_splits, or 1 when 0), and
+    flash_attn_with_kvcache accepts it and ignores it; results never depend on it.
+    """
+    del max_seqlen_q, max_seqlen_k, num_heads_q, num_heads_kv, headdim, qkv_dtype, headdim_v
+    del cu_seqlens_q, cu_seqlens_k_new, cache_leftpad, page_size, max_seqlen_k_new, causal, window_size
+    del attention_chunk, has_softcap, pack_gqa, sm_margin
+    device = cache_seqlens.device if isinstance(cache_seqlens, torch.Tensor) else "cpu"
+    return torch.full((batch_size,), max(int(num_splits), 1), dtype=torch.int32, device=device)

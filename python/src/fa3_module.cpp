@@ -22,6 +22,7 @@
 #include "call_status.h"
 #include "dlpack_views.h"
 #include "fa3/fa3.h"
+#include "kvcache_bindings.h"
 #include "tune_bindings.h"
 
 namespace nb = nanobind;
@@ -258,4 +259,5 @@ NB_MODULE(_C, m) {
   m.def("device_info", &device_info_dict, "index"_a = -1,
         "Properties of CUDA device `index` (-1: the current device); never raises without a GPU.");
   register_tune_bindings(m);
+  register_kvcache_bindings(m);
 }

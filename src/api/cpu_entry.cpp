@@ -4,9 +4,12 @@
 #include <vector>
 
 #include "api/validate.h"
+#include "api/validate_kvcache.h"
 #include "common/numeric.h"
 #include "common/status_macros.h"
 #include "fa3/cpu.h"
+#include "reference/combine.h"
+#include "reference/kvcache.h"
 #include "reference/naive.h"
 #include "reference/tiled_cpu.h"
 #include "reference/varlen.h"
@@ -97,6 +100,28 @@ Status backward(const BackwardArgs& args, const Options& options) {
     store(args.dk, grads.dk);
     store(args.dv, grads.dv);
     if (args.dsinks.defined()) store_per_head(args.dsinks, grads.dsinks);
+    return Status::ok();
+  });
+}
+
+// Validation reads the index tensors first, so a rejected call appends nothing.
+Status forward_with_kvcache(const KvCacheArgs& args, const Options& options) {
+  return run_guarded("fa3::cpu::forward_with_kvcache", [&]() -> Status {
+    KvCacheProblem problem;
+    FA3_RETURN_IF_ERROR(validate_kvcache(args, cpu_target(), &problem));
+    FA3_RETURN_IF_ERROR(check_options(options));
+    reference::TiledCpuConfig config;
+    config.num_threads = options.num_threads;
+    reference::kvcache_forward(problem, args, config);
+    return Status::ok();
+  });
+}
+
+Status combine(const CombineArgs& args) {
+  return run_guarded("fa3::cpu::combine", [&]() -> Status {
+    CombineProblem problem;
+    FA3_RETURN_IF_ERROR(validate_combine(args, cpu_target(), &problem));
+    reference::combine(problem, args);
     return Status::ok();
   });
 }

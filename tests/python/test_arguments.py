@@ -99,14 +99,6 @@ def test_unsupported_options_raise(option, value, names):
         fa3.flash_attn_func(q, k, v, **{option: value})
 
 
-@pytest.mark.parametrize(
-    "name", ["flash_attn_with_kvcache", "flash_attn_combine", "get_scheduler_metadata"]
-)
-def test_missing_entry_points_raise(name):
-    with pytest.raises(NotImplementedError, match=name):
-        getattr(fa3, name)(None, None, None)
-
-
 BAD_INPUTS = [
     # (what to do to (q, k, v), exception, message pattern)
     (lambda q, k, v: (q.tolist(), k, v), TypeError, "q: expected a torch.Tensor, got list"),

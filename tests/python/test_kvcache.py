@@ -1,0 +1,292 @@
+"""flash_attn_with_kvcache, flash_attn_combine and get_scheduler_metadata on CPU tensors:
+FlashAttention-3's signatures; results against a torch reference that appends and rotates
+outside fa3 (the caller's cache changed in place, as in FlashAttention-3); paged caches
+equal to contiguous ones; the combine against a direct logsumexp merge; argument errors
+that name the argument and leave the cache untouched; CUDA tensors refused.
+"""
+
+import inspect
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa3  # noqa: E402
+from attention_reference import reference  # noqa: E402
+
+# FlashAttention-3's hopper/flash_attn_interface.py: names, order, defaults; fa3's own
+# keyword `sinks` follows them.
+FA3_KVCACHE_SIGNATURE = [
+    ("q", inspect.Parameter.empty),
+    ("k_cache", inspect.Parameter.empty),
+    ("v_cache", inspect.Parameter.empty),
+    ("k", None),
+    ("v", None),
+    ("qv", None),
+    ("rotary_cos", None),
+    ("rotary_sin", None),
+    ("cache_seqlens", None),
+    ("cache_batch_idx", None),
+    ("cache_leftpad", None),
+    ("page_table", None),
+    ("cu_seqlens_q", None),
+    ("cu_seqlens_k_new", None),
+    ("max_seqlen_q", None),
+    ("rotary_seqlens", None),
+    ("q_descale", None),
+    ("k_descale", None),
+    ("v_descale", None),
+    ("softmax_scale", None),
+    ("causal", False),
+    ("window_size", (-1, -1)),
+    ("attention_chunk", 0),
+    ("softcap", 0.0),
+    ("rotary_interleaved", True),
+    ("scheduler_metadata", None),
+    ("num_splits", 0),
+    ("pack_gqa", None),
+    ("sm_margin", 0),
+    ("return_softmax_lse", False),
+    ("sinks", None),
+]
+
+BATCH, NHEADS, NHEADS_K, HEADDIM, CAPACITY = 3, 4, 2, 32, 48
+
+
+def test_signature_is_flash_attention_3s():
+    params = inspect.signature(fa3.flash_attn_with_kvcache).parameters
+    assert [(p.name, p.default) for p in params.values()] == FA3_KVCACHE_SIGNATURE
+    combine = inspect.signature(fa3.flash_attn_combine).parameters
+    assert [(p.name, p.default) for p in combine.values()] == [
+        ("out_partial", inspect.Parameter.empty),
+        ("lse_partial", inspect.Parameter.empty),
+        ("out", None),
+        ("out_dtype", None),
+    ]
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """x (batch, seqlen, nheads, headdim) rotated in float64 at positions (batch, seqlen)."""
+    half = cos.shape[1]
+    c = cos.double()[positions][:, :, None, :]
+    s = sin.double()[positions][:, :, None, :]
+    xr = x[..., : 2 * half].double()
+    x0, x1 = (xr[..., 0::2], xr[..., 1::2]) if interleaved else (xr[..., :half], xr[..., half:])
+    r0, r1 = x0 * c - x1 * s, x0 * s + x1 * c
+    rotated = torch.stack([r0, r1], -1).flatten(-2) if interleaved else torch.cat([r0, r1], -1)
+    return torch.cat([rotated.to(x.dtype), x[..., 2 * half :]], -1)
+
+
+def rotary_tables(rotary_dim, seqlen_ro=CAPACITY + 8):
+    angles = torch.arange(seqlen_ro, dtype=torch.float64)[:, None] * 10000.0 ** (
+        -torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
+    )
+    return angles.cos().float(), angles.sin().float()
+
+
+def kv_reference(q, k_cache, v_cache, seqlens, k_new=None, v_new=None, leftpad=None, batch_idx=None,
+                 rotary=None, interleaved=True, causal=False, window=(-1, -1)):
+    """(out, lse, k_cache, v_cache) of flash_attn_with_kvcache on a contiguous cache, built
+    from its definition: append (rotated), then attend sequence by sequence."""
+    k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    seqlen_q, seqlen_new = q.shape[1], 0 if k_new is None else k_new.shape[1]
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        row = b if batch_idx is None else int(batch_idx[b])
+        length, left = int(seqlens[b]), 0 if leftpad is None else int(leftpad[b])
+        qb = q[b : b + 1]
+        if k_new is not None:
+            kb = k_new[b : b + 1]
+            if rotary is not None:
+                kb = rotate(kb, *rotary, (length + torch.arange(seqlen_new))[None], interleaved)
+            k_cache[row, length : length + seqlen_new] = kb[0]
+            v_cache[row, length : length + seqlen_new] = v_new[b]
+        if rotary is not None:
+            per_row = causal or window != (-1, -1)
+            positions = length + (torch.arange(seqlen_q) if per_row else torch.zeros(seqlen_q, dtype=torch.long))
+            qb = rotate(qb, *rotary, positions[None], interleaved)
+        keys = k_cache[row : row + 1, left : length + seqlen_new]
+        values = v_cache[row : row + 1, left : length + seqlen_new]
+        if keys.shape[1] == 0:
+            outs.append(torch.zeros(1, seqlen_q, q.shape[2], v_cache.shape[-1], dtype=torch.float64))
+            lses.append(torch.full((1, q.shape[2], seqlen_q), float("-inf")))
+            continue
+        out, lse = reference(qb, keys, values, dtype=torch.float64, causal=causal, window=window)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses), k_cache, v_cache
+
+
+def make_inputs(seed, seqlen_q=2, seqlen_new=2, seqlens=(5, 0, 30), batch_cache=BATCH):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(BATCH, seqlen_q, NHEADS, HEADDIM, generator=g)
+    k_cache = torch.randn(batch_cache, CAPACITY, NHEADS_K, HEADDIM, generator=g)
+    v_cache = torch.randn(batch_cache, CAPACITY, NHEADS_K, HEADDIM, generator=g)
+    k_new = torch.randn(BATCH, seqlen_new, NHEADS_K, HEADDIM, generator=g) if seqlen_new else None
+    v_new = torch.randn(BATCH, seqlen_new, NHEADS_K, HEADDIM, generator=g) if seqlen_new else None
+    return q, k_cache, v_cache, k_new, v_new, torch.tensor(seqlens, dtype=torch.int32)
+
+
+CASES = {
+    "plain": {},
+    "causal_rotary_interleaved": {"causal": True, "rotary": 16, "interleaved": True},
+    "rotary_halves_not_causal": {"rotary": 32, "interleaved": False},
+    "window_leftpad": {"window": (4, 0), "leftpad": (2, 0, 7)},
+    "batch_idx_causal": {"causal": True, "batch_idx": (4, 1, 0)},
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_matches_the_reference_and_appends_in_place(name):
+    case = CASES[name]
+    batch_cache = 5 if "batch_idx" in case else BATCH
+    q, k_cache, v_cache, k_new, v_new, seqlens = make_inputs(1, batch_cache=batch_cache)
+    rotary = rotary_tables(case["rotary"]) if "rotary" in case else None
+    leftpad = torch.tensor(case["leftpad"], dtype=torch.int32) if "leftpad" in case else None
+    batch_idx = torch.tensor(case["batch_idx"], dtype=torch.int32) if "batch_idx" in case else None
+    causal, window, interleaved = case.get("causal", False), case.get("window", (-1, -1)), case.get("interleaved", True)
+    want_out, want_lse, want_k, want_v = kv_reference(
+        q, k_cache, v_cache, seqlens, k_new, v_new, leftpad, batch_idx, rotary, interleaved, causal, window
+    )
+    out, lse = fa3.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k_new, v_new,
+        rotary_cos=None if rotary is None else rotary[0],
+        rotary_sin=None if rotary is None else rotary[1],
+        cache_seqlens=seqlens, cache_batch_idx=batch_idx, cache_leftpad=leftpad,
+        causal=causal, window_size=window, rotary_interleaved=interleaved, return_softmax_lse=True,
+    )
+    torch.testing.assert_close(out.double(), want_out, atol=1e-4, rtol=0)
+    torch.testing.assert_close(lse.double(), want_lse.double(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(k_cache, want_k, atol=1e-5, rtol=0)
+    assert torch.equal(v_cache, want_v)
+
+
+def to_paged(cache, page_size, perm):
+    """A contiguous (batch, capacity, ...) cache as pages in the order `perm`, and its table."""
+    batch, capacity = cache.shape[:2]
+    per_seq = capacity // page_size
+    pages = torch.full((len(perm), page_size, *cache.shape[2:]), float("nan"))
+    table = perm[: batch * per_seq].view(batch, per_seq).to(torch.int32)
+    pages[table.flatten().long()] = cache.reshape(batch * per_seq, page_size, *cache.shape[2:])
+    return pages, table
+
+
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+def test_paged_equals_contiguous(page_size):
+    q, k_cache, v_cache, k_new, v_new, seqlens = make_inputs(2, seqlen_q=3, seqlen_new=3, seqlens=(14, 0, 31))
+    cos, sin = rotary_tables(8)
+    perm = torch.randperm(BATCH * CAPACITY // page_size + 2, generator=torch.Generator().manual_seed(3))
+    k_pages, table = to_paged(k_cache, page_size, perm)
+    v_pages, _ = to_paged(v_cache, page_size, perm)
+    common = {"rotary_cos": cos, "rotary_sin": sin, "cache_seqlens": seqlens, "causal": True,
+              "return_softmax_lse": True}
+    want, want_lse = fa3.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, **common)
+    out, lse = fa3.flash_attn_with_kvcache(q, k_pages, v_pages, k_new, v_new, page_table=table, **common)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+    rows = table.flatten().long()
+    assert torch.equal(k_pages[rows].reshape(k_cache.shape), k_cache)
+    assert torch.equal(v_pages[rows].reshape(v_cache.shape), v_cache)
+
+
+def test_cache_seqlens_as_int_and_none():
+    q, k_cache, v_cache, _, _, _ = make_inputs(4, seqlen_new=0)
+    full = torch.full((BATCH,), CAPACITY, dtype=torch.int32)
+    want = fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=full)
+    assert torch.equal(fa3.flash_attn_with_kvcache(q, k_cache, v_cache), want)
+    assert torch.equal(fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=CAPACITY), want)
+
+
+def test_scheduler_metadata_and_num_splits_change_nothing():
+    q, k_cache, v_cache, _, _, seqlens = make_inputs(5, seqlen_new=0)
+    metadata = fa3.get_scheduler_metadata(BATCH, 2, CAPACITY, NHEADS, NHEADS_K, HEADDIM, seqlens,
+                                           qkv_dtype=torch.float32, num_splits=3)
+    assert metadata.dtype == torch.int32
+    want = fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+    out = fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, scheduler_metadata=metadata,
+                                      num_splits=3)
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize(
+    "change, exception, message",
+    [
+        ({"cache_seqlens": torch.tensor([5, 0, 47], dtype=torch.int32)}, ValueError,
+         r"cache_seqlens: cache_seqlens\[2\] \+ seqlen_new = 47 \+ 2 exceeds the cache's 48 positions"),
+        ({"cache_leftpad": torch.tensor([6, 0, 0], dtype=torch.int32)}, ValueError,
+         r"cache_leftpad: cache_leftpad\[0\] = 6 is outside"),
+        ({"v": None}, ValueError, "v_new: must be given with k_new"),
+        ({"cache_batch_idx": torch.tensor([0, 1, 3], dtype=torch.int32)}, ValueError,
+         r"cache_batch_idx: cache_batch_idx\[2\] = 3 is outside \[0, 3\)"),
+        ({"qv": torch.ones(1)}, NotImplementedError, "qv"),
+        ({"cu_seqlens_q": torch.ones(1)}, NotImplementedError, "cu_seqlens_q"),
+    ],
+)
+def test_bad_arguments_name_the_argument_and_leave_the_cache(change, exception, message):
+    q, k_cache, v_cache, k_new, v_new, seqlens = make_inputs(6)
+    before = (k_cache.clone(), v_cache.clone())
+    kwargs = {"k": k_new, "v": v_new, "cache_seqlens": seqlens, **change}
+    with pytest.raises(exception, match=message):
+        fa3.flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+
+
+def direct_merge(out_partial, lse_partial):
+    lse = torch.logsumexp(lse_partial.double(), dim=0)
+    weights = torch.exp(lse_partial.double() - lse).nan_to_num(0.0)
+    out = (weights[..., None] * out_partial.double().nan_to_num(0.0)).sum(0)
+    return out, lse
+
+
+@pytest.mark.parametrize("out_dtype", [None, torch.bfloat16])
+def test_combine_matches_the_direct_merge(out_dtype):
+    g = torch.Generator().manual_seed(7)
+    splits, batch, seqlen, nheads, headdim = 3, 2, 5, 4, 16
+    out_partial = torch.randn(splits, batch, seqlen, nheads, headdim, generator=g)
+    # FlashAttention-3's tests make lse_partial this way: a transposed view.
+    lse_partial = (torch.randn(splits, batch, nheads, seqlen, generator=g) * 3).transpose(-1, -2)
+    lse_partial[0, 0, 1] = float("-inf")  # one split saw no key
+    out_partial[0, 0, 1] = float("nan")
+    lse_partial[:, 1, 2] = float("-inf")  # no split did
+    out_partial[:, 1, 2] = float("nan")
+    out, lse = fa3.flash_attn_combine(out_partial, lse_partial, out_dtype=out_dtype)
+    want_out, want_lse = direct_merge(out_partial, lse_partial)
+    assert out.dtype == (out_dtype or torch.float32) and out.shape == (batch, seqlen, nheads, headdim)
+    atol = 1e-5 if out_dtype is None else 2e-2
+    torch.testing.assert_close(out.double(), want_out, atol=atol, rtol=0)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=0)
+    assert torch.all(out[1, 2] == 0) and torch.all(lse[1, 2] == float("-inf"))
+
+
+def test_combine_takes_the_packed_layout():
+    g = torch.Generator().manual_seed(9)
+    out_partial = torch.randn(2, 7, 3, 8, generator=g)
+    lse_partial = torch.randn(2, 7, 3, generator=g)
+    out, lse = fa3.flash_attn_combine(out_partial, lse_partial)
+    want_out, want_lse = direct_merge(out_partial, lse_partial)
+    assert out.shape == (7, 3, 8) and lse.shape == (7, 3)
+    torch.testing.assert_close(out.double(), want_out, atol=1e-5, rtol=0)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=0)
+
+
+def test_combine_of_key_halves_is_the_whole_call():
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 3, 4, 32, generator=g) for _ in range(3))
+    k, v = torch.randn(2, 40, 4, 32, generator=g), torch.randn(2, 40, 4, 32, generator=g)
+    whole, whole_lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True)
+    parts = [fa3.flash_attn_func(q, k[:, s], v[:, s], return_attn_probs=True) for s in (slice(0, 20), slice(20, 40))]
+    out_partial = torch.stack([o for o, _ in parts])
+    lse_partial = torch.stack([lse.transpose(1, 2) for _, lse in parts])
+    target = torch.empty_like(whole)
+    out, lse = fa3.flash_attn_combine(out_partial, lse_partial, out=target)
+    assert out is target
+    torch.testing.assert_close(out, whole, atol=1e-5, rtol=0)
+    torch.testing.assert_close(lse, whole_lse.transpose(1, 2), atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_are_refused():
+    q, k_cache, v_cache, _, _, seqlens = (t.cuda() if t is not None else None for t in make_inputs(9))
+    with pytest.raises(NotImplementedError, match="k_cache: KV-cache attention is not implemented on the GPU yet"):
+        fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+    with pytest.raises(NotImplementedError, match="out_partial: combining split results is not implemented"):
+        fa3.flash_attn_combine(torch.zeros(2, 1, 1, 1, 8, device="cuda"), torch.zeros(2, 1, 1, 1, device="cuda"))
