@@ -39,7 +39,9 @@ def _config(kind, attn_implementation):
         return transformers.MistralConfig(sliding_window=5, **common)
     if kind == "gemma2":
         # Alternating sliding and full layers, both softcapped.
-        return transformers.Gemma2Config(sliding_window=5, attn_logit_softcapping=3.0, query_pre_attn_scalar=16, **common)
+        return transformers.Gemma2Config(
+            sliding_window=5, attn_logit_softcapping=3.0, query_pre_attn_scalar=16, **common
+        )
     raise ValueError(kind)
 
 
