@@ -104,11 +104,40 @@ def test_cpu_flash_backend_equals_math(fa3_active, shape, is_causal):
         assert _max_diff(a, b) <= 1e-5, name
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_cpu_explicit_masks_equal_math(fa3_active, monkeypatch, mask_dtype, is_causal):
+    masked_calls = []
+    masked_forward = fa3_sdpa._masked_forward
+    monkeypatch.setattr(
+        fa3_sdpa, "_masked_forward", lambda *args: masked_calls.append(1) or masked_forward(*args)
+    )
+    q, k, v = _inputs(2, 4, 2, 7, 7, 16)
+    keep = torch.rand(2, 1, 7, 7, generator=torch.Generator().manual_seed(2)) > 0.3
+    keep[:, :, :, 0] = True  # every row keeps a key, as the math backend needs
+    if mask_dtype == torch.bool:
+        mask = keep
+    else:
+        mask = torch.zeros(keep.shape).masked_fill(~keep, float("-inf")) + torch.randn(keep.shape)
+    if is_causal:
+        # SDPA takes a mask or is_causal; the operator itself takes both.
+        q, k, v = (t.detach() for t in (q, k, v))
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, is_causal=True, attn_mask=mask)
+        causal = torch.ones(7, 7, dtype=torch.bool).tril()
+        both = (mask & causal) if mask_dtype == torch.bool else mask.masked_fill(~causal, float("-inf"))
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=both, enable_gqa=True)
+        assert _max_diff(out, want) <= 1e-5
+        assert masked_calls
+        return
+    got = _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, attn_mask=mask)
+    want = _sdpa(SDPBackend.MATH, q, k, v, attn_mask=mask)
+    assert fa3_active == [] and masked_calls
+    for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+        assert _max_diff(a, b) <= 1e-5, name
+
+
 def test_refusals_name_the_argument(fa3_active):
     q, k, v = _inputs(1, 2, 2, 5, 5, 16)
-    mask = torch.ones(5, 5, dtype=torch.bool)
-    with pytest.raises(NotImplementedError, match="attn_mask"):
-        _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, attn_mask=mask)
     # SDPA never picks the CPU flash backend with dropout; the operator itself still refuses.
     with pytest.raises(NotImplementedError, match="dropout_p"):
         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.5)

@@ -46,10 +46,12 @@ def _config(kind, attn_implementation):
 
 
 def _model(kind, attn_implementation, dtype=torch.float32, device="cpu", seed=0):
-    """The same random weights for every implementation (the same seed)."""
+    """The same random weights for every implementation (the same seed), drawn in
+    float32 and then rounded to dtype."""
     torch.manual_seed(seed)
     config = _config(kind, attn_implementation)
-    return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model.to(device=device, dtype=dtype).eval()
 
 
 def _logits(model, input_ids, **inputs):

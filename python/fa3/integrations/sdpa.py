@@ -14,9 +14,10 @@ _scaled_dot_product_flash_attention_for_cpu. Torch still picks the backend: fa3 
 where torch would have run its flash kernels. Restoring removes the kernels.
 
 What fa3 cannot run raises NotImplementedError naming it, rather than silently running
-something else: dropout, an explicit attn_mask, a causal mask with more keys than
-queries (SDPA aligns it to the top-left corner, fa3 to the bottom-right), and, on CUDA
-for now, variable-length batches.
+something else: dropout, a causal mask with more keys than queries (SDPA aligns it to
+the top-left corner, fa3 to the bottom-right) and, on CUDA for now, variable-length
+batches. Torch's CPU flash backend also takes explicit masks, which fa3 does not; such
+calls are computed in plain float32 arithmetic instead.
 """
 
 import torch
@@ -132,7 +133,8 @@ def _sdpa_backward(
 
 def _sdpa_cpu_forward(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     _refuse_dropout(dropout_p)
-    _refuse_mask(attn_mask)
+    if attn_mask is not None:
+        return _masked_forward(query, key, value, attn_mask, is_causal, scale)
     return _sdpa_run(query, key, value, is_causal, scale)
 
 
@@ -140,16 +142,59 @@ def _sdpa_cpu_backward(
     grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
 ):
     _refuse_dropout(dropout_p)
-    _refuse_mask(attn_mask)
+    if attn_mask is not None:
+        return _masked_backward(grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale)
     return _sdpa_gradients(grad_out, query, key, value, out, logsumexp, is_causal, scale)
 
 
-def _refuse_mask(attn_mask):
-    if attn_mask is not None:
-        raise NotImplementedError(
-            "attn_mask: fa3 takes no explicit attention mask (is_causal is fine); "
-            "torch.nn.attention.restore_flash_attention_impl() gives torch's flash kernels back"
-        )
+# torch's CPU flash backend takes explicit masks, which fa3 does not, and an override
+# cannot hand the call back to the kernel it replaced: such calls are computed here,
+# plainly in float32, so that SDPA on CPU tensors with a mask (transformers' "sdpa"
+# models, for one) keeps working while fa3 is active.
+
+
+def _masked_scores(query, key, attn_mask, is_causal, scale):
+    """Scaled, masked float32 scores (batch, heads, seq_q, seq_k), key heads repeated for GQA."""
+    groups = query.shape[1] // key.shape[1]
+    k = key.float().repeat_interleave(groups, dim=1)
+    scores = (query.float() @ k.transpose(-2, -1)) * (query.shape[-1] ** -0.5 if scale is None else scale)
+    if attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    else:
+        scores = scores + attn_mask.float()
+    if is_causal:
+        above = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(above, float("-inf"))
+    return scores
+
+
+def _masked_probabilities(scores, lse):
+    # A row that sees no key gives 0, as fa3's kernels do, not NaN.
+    return torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
+
+
+def _masked_forward(query, key, value, attn_mask, is_causal, scale):
+    scores = _masked_scores(query, key, attn_mask, is_causal, scale)
+    lse = scores.logsumexp(dim=-1)
+    groups = query.shape[1] // value.shape[1]
+    out = _masked_probabilities(scores, lse) @ value.float().repeat_interleave(groups, dim=1)
+    return out.to(query.dtype), lse
+
+
+def _masked_backward(grad_out, query, key, value, out, logsumexp, attn_mask, is_causal, scale):
+    scores = _masked_scores(query, key, attn_mask, is_causal, scale)
+    probabilities = _masked_probabilities(scores, logsumexp)
+    groups = query.shape[1] // key.shape[1]
+    k, v = (t.float().repeat_interleave(groups, dim=1) for t in (key, value))
+    dout = grad_out.float()
+    # softmax's backward: dS = P * (dP - rowsum(dO * O)).
+    dscores = probabilities * (dout @ v.transpose(-2, -1) - (dout * out.float()).sum(-1, keepdim=True))
+    dscores = dscores * (query.shape[-1] ** -0.5 if scale is None else scale)
+    dq = dscores @ k
+    dk, dv = (dscores.transpose(-2, -1) @ query.float(), probabilities.transpose(-2, -1) @ dout)
+    # A key head's gradient sums over its group of query heads.
+    dk, dv = (t.unflatten(1, (key.shape[1], groups)).sum(2) for t in (dk, dv))
+    return dq.to(query.dtype), dk.to(key.dtype), dv.to(value.dtype)
 
 
 def _window(left, right):
