@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import fa3  # noqa: E402
 import fa3.integrations.transformers as fa3_transformers  # noqa: E402
 from gpu_support import gpu_skip_reason  # noqa: E402
 
@@ -122,6 +123,20 @@ def test_packed_sequences_from_flattening_keywords():
     for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         alone = _logits(reference, input_ids[:, start:end])
         assert _max_diff(got[:, start:end], alone) <= CPU_TOLERANCE
+
+
+@pytest.mark.parametrize("causal, window_size, softcap", [(True, (-1, -1), 0.0), (False, (2, 1), 5.0)])
+def test_per_sequence_loop_equals_the_varlen_call(causal, window_size, softcap):
+    # What CUDA tensors run until fa3's kernels take varlen batches, checked on the CPU.
+    cu_q = torch.tensor([0, 3, 3, 9, 10], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4, 6, 12, 12], dtype=torch.int32)
+    generator = torch.Generator().manual_seed(4)
+    q = torch.randn(10, 4, 16, generator=generator)
+    k, v = (torch.randn(12, 2, 16, generator=generator) for _ in range(2))
+    options = dict(softmax_scale=0.2, causal=causal, window_size=window_size, softcap=softcap)
+    got = fa3_transformers._varlen_by_sequence(q, k, v, cu_q, cu_k, options)
+    want = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 6, **options)
+    assert _max_diff(got, want) <= 1e-6
 
 
 def _loss_curve(attn_implementation, steps=4):

@@ -16,7 +16,8 @@ and packed ones (several sequences in a row, told by position_ids restarting, or
 cu_seq_lens_q / cu_seq_lens_k keywords of transformers' DataCollatorWithFlattening).
 Causal masking, GQA, sliding windows and logit softcapping come from the layer. CPU
 tensors run fa3's CPU path; CUDA tensors fa3's kernels, which take no varlen batch yet,
-so padded or packed batches on the GPU raise NotImplementedError for now.
+so on the GPU a padded or packed batch runs one flash_attn_func call per sequence for
+now.
 """
 
 import torch
@@ -99,16 +100,7 @@ def _padded_attention(q, k, v, attention_mask, options):
     queries_kept = attention_mask[:, -q_len:].bool()
     rows_q, cu_q, max_q = _unpad_index(queries_kept)
     rows_k, cu_k, max_k = _unpad_index(keys_kept)
-    out = interface.flash_attn_varlen_func(
-        _gather(q, rows_q),
-        _gather(k, rows_k),
-        _gather(v, rows_k),
-        cu_q,
-        cu_k,
-        max_q,
-        max_k,
-        **options,
-    )
+    out = _varlen(_gather(q, rows_q), _gather(k, rows_k), _gather(v, rows_k), (cu_q, cu_k, max_q, max_k), options)
     padded = out.new_zeros((batch * q_len,) + tuple(out.shape[1:]))
     return padded.index_copy(0, rows_q, out).view(batch, q_len, *out.shape[1:])
 
@@ -154,14 +146,35 @@ def _packed_bounds(q, k, kwargs):
 def _packed_attention(q, k, v, packed, options):
     cu_q, cu_k, max_q, max_k = packed
     batch, q_len = q.shape[0], q.shape[1]
-    out = interface.flash_attn_varlen_func(
-        q.reshape(-1, *q.shape[2:]),
-        k.reshape(-1, *k.shape[2:]),
-        v.reshape(-1, *v.shape[2:]),
-        cu_q,
-        cu_k,
-        max_q,
-        max_k,
-        **options,
-    )
+    out = _varlen(*(t.reshape(-1, *t.shape[2:]) for t in (q, k, v)), packed, options)
     return out.view(batch, q_len, *out.shape[1:])
+
+
+def _varlen(q, k, v, bounds, options):
+    """flash_attn_varlen_func on packed (tokens, heads, d) tensors; on CUDA, whose kernels
+    take no variable-length batch yet, flash_attn_func on each sequence in turn."""
+    if q.device.type != "cuda":
+        return interface.flash_attn_varlen_func(q, k, v, *bounds, **options)
+    return _varlen_by_sequence(q, k, v, bounds[0], bounds[1], options)
+
+
+def _varlen_by_sequence(q, k, v, cu_q, cu_k, options):
+    # The packed tokens are exactly the sequences' (cu_seqlens_q[-1] is the total), so
+    # the pieces concatenate to the packed output.
+    outs = [q.new_zeros((0, q.shape[1], v.shape[-1]))]
+    for q_range, k_range in zip(_ranges(cu_q), _ranges(cu_k)):
+        q_seq = q[slice(*q_range)].unsqueeze(0)
+        if q_range[0] == q_range[1]:
+            continue
+        if k_range[0] == k_range[1]:
+            # No key: the rows give 0, as the varlen call's would.
+            outs.append(q_seq.new_zeros((q_seq.shape[1], q.shape[1], v.shape[-1])))
+        else:
+            k_seq, v_seq = (t[slice(*k_range)].unsqueeze(0) for t in (k, v))
+            outs.append(interface.flash_attn_func(q_seq, k_seq, v_seq, **options)[0])
+    return torch.cat(outs)
+
+
+def _ranges(cu_seqlens):
+    bounds = cu_seqlens.tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
