@@ -178,13 +178,21 @@ def test_dropout_is_refused():
 
 @pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
 @pytest.mark.parametrize("kind", ["llama", "gemma2"])
-def test_gpu_bf16_logits_within_the_noise_of_eager_and_sdpa(kind):
+@pytest.mark.parametrize("padded", [False, True])
+def test_gpu_bf16_logits_within_the_noise_of_eager_and_sdpa(kind, padded):
     input_ids = _tokens(2, 200).cuda()
-    reference = _logits(_model(kind, "eager", device="cuda"), input_ids)
+    attention_mask = torch.ones_like(input_ids)
+    if padded:
+        attention_mask[1, :37] = 0
+    inputs = dict(attention_mask=attention_mask)
+    kept = attention_mask.bool()
+    reference = _logits(_model(kind, "eager", device="cuda"), input_ids, **inputs)[kept]
+    # Gemma 2 has no sdpa attention in transformers.
+    names = ("eager",) if kind == "gemma2" else ("eager", "sdpa")
     noise = max(
-        _max_diff(_logits(_model(kind, name, torch.bfloat16, "cuda"), input_ids), reference)
-        for name in ("eager", "sdpa")
+        _max_diff(_logits(_model(kind, name, torch.bfloat16, "cuda"), input_ids, **inputs)[kept], reference)
+        for name in names
     )
-    got = _logits(_model(kind, "fa3", torch.bfloat16, "cuda"), input_ids)
+    got = _logits(_model(kind, "fa3", torch.bfloat16, "cuda"), input_ids, **inputs)[kept]
     # Rounding compounds over the layers, so the bound is looser than a single call's 2x.
     assert _max_diff(got, reference) <= 3 * noise + 1e-5
