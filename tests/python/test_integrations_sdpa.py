@@ -155,3 +155,24 @@ def test_gpu_flash_backend_within_the_rule(fa3_active, is_causal):
     # TESTING.md's rule: 2x the low-precision reference's error forward, 3x backward.
     for factor, a, r, lo in zip((2, 3, 3, 3), got, ref, low):
         assert _max_diff(a, r) <= factor * _max_diff(lo, r) + 1e-5
+
+
+def test_transformers_sdpa_model_with_padding_while_fa3_is_active(fa3_active):
+    # transformers' "sdpa" attention passes 4-d boolean masks, which the CPU flash
+    # backend takes and fa3 computes plainly: the logits stay those of eager attention.
+    transformers = pytest.importorskip("transformers")
+    config = dict(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8,
+    )
+    input_ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(5))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :3] = 0
+    logits = {}
+    for name in ("sdpa", "eager"):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(attn_implementation=name, **config)).eval()
+        with torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            logits[name] = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    kept = attention_mask.bool()
+    assert _max_diff(logits["sdpa"][kept], logits["eager"][kept]) <= 1e-5
