@@ -73,10 +73,8 @@ def test_activation_and_restoration(fa3_active):
     assert fa3_active == ["cpu"]
     attention.restore_flash_attention_impl()
     assert attention.current_flash_attention_impl() is None
-    # torch's own CPU flash kernel again, which takes an explicit mask.
-    mask = torch.ones(5, 5, dtype=torch.bool).tril()
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    # torch's own CPU flash kernel again: fa3 is not called.
+    _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v)
     assert fa3_active == ["cpu"]
     attention.activate_flash_attention_impl("fa3")
 
