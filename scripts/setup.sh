@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine with the CUDA toolkit lacks to build and
 # test fa3: the pinned CUTLASS headers, build tools, GoogleTest and the Python test
-# dependencies. Safe to run again. Environment:
+# dependencies (transformers too, when PyTorch is there). Safe to run again. Environment:
 #   FA3_SETUP_TORCH=auto|1|0  install PyTorch for the Python tests (auto: when >= 10 GB
 #                             of disk are free; its wheels and CUDA libraries take ~5 GB)
 set -euo pipefail
@@ -38,5 +38,11 @@ fi
 if [ "$want_torch" = 1 ] && ! python3 -c "import torch" 2>/dev/null; then
   say "pip install torch (for the Python tests; a few minutes)"
   pip_install torch
+fi
+# transformers (~25 MB of wheels, no second torch: it does not depend on one) for the
+# tests of fa3.integrations.transformers; without torch they would skip anyway.
+if python3 -c "import torch" 2>/dev/null && ! python3 -c "import transformers" 2>/dev/null; then
+  say "pip install transformers (for the integration tests)"
+  pip_install transformers
 fi
 say "done"
