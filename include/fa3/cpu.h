@@ -6,9 +6,11 @@
 // checking results, not for training. Both take attention sinks, a V head dim that
 // differs from q's and k's, and variable-length batches (ForwardArgs::varlen), whose
 // index tensors they read on the host (fa3/attention.h).
+// merge_attention_states() combines partial results (fa3/merge.h) in fp32.
 #pragma once
 
 #include "fa3/attention.h"
+#include "fa3/merge.h"
 
 namespace fa3::cpu {
 
@@ -19,5 +21,9 @@ struct Options {
 // Supported dtypes: fp32, fp16, bf16 (all tensors of q/k/v/out share one; lse is fp32).
 Status forward(const ForwardArgs& args, const Options& options = {});
 Status backward(const BackwardArgs& args, const Options& options = {});
+
+// Writes args.out and args.lse from the parts. A row whose lse is -inf in every part
+// (it saw no key anywhere) gives out 0 and lse -inf.
+Status merge_attention_states(const MergeArgs& args);
 
 }  // namespace fa3::cpu

@@ -4,9 +4,11 @@
 #include <vector>
 
 #include "api/validate.h"
+#include "api/validate_merge.h"
 #include "common/numeric.h"
 #include "common/status_macros.h"
 #include "fa3/cpu.h"
+#include "reference/merge.h"
 #include "reference/naive.h"
 #include "reference/tiled_cpu.h"
 #include "reference/varlen.h"
@@ -97,6 +99,14 @@ Status backward(const BackwardArgs& args, const Options& options) {
     store(args.dk, grads.dk);
     store(args.dv, grads.dv);
     if (args.dsinks.defined()) store_per_head(args.dsinks, grads.dsinks);
+    return Status::ok();
+  });
+}
+
+Status merge_attention_states(const MergeArgs& args) {
+  return run_guarded("fa3::cpu::merge_attention_states", [&]() -> Status {
+    FA3_RETURN_IF_ERROR(validate_merge(args));
+    reference::merge_states(args);
     return Status::ok();
   });
 }
