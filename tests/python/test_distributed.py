@@ -129,22 +129,29 @@ def test_equal_to_one_process_on_2_3_and_4_ranks():
 def errors_worker(rank, world_size, port):
     init(rank, world_size, port)
     q = torch.randn(1, 4, 2, 8)
+    same_problem = "every rank must hold a shard of one problem"
     for fn in (cp.ring_flash_attn_func, cp.allgather_flash_attn_func):
         bad_len = torch.randn(1, 4 + 2 * rank, 2, 8)
-        with pytest.raises(ValueError, match=r"q: every rank must hold a shard of one problem; sequence length is 6"):
+        with pytest.raises(ValueError, match=f"q: {same_problem}; sequence length is 6"):
             fn(bad_len, bad_len, bad_len)
         heads = torch.randn(1, 4, 1 + rank, 8)
-        with pytest.raises(ValueError, match="k: every rank must hold a shard of one problem; key/value heads is 2"):
+        with pytest.raises(ValueError, match=f"k: {same_problem}; key/value heads is 2"):
             fn(q, heads, heads)
-        with pytest.raises(ValueError, match="q: every rank .* dtype code"):
-            fn(q.to(torch.bfloat16 if rank else torch.float32), *(q.to(torch.bfloat16 if rank else torch.float32),) * 2)
+        typed = q.to(torch.bfloat16 if rank else torch.float32)
+        with pytest.raises(ValueError, match=f"q: {same_problem}; dtype is torch.bfloat16 on rank 1 but torch.float32"):
+            fn(typed, typed, typed)
+        with pytest.raises(ValueError, match=f"causal: {same_problem}; value is True on rank 1 but False"):
+            fn(q, q, q, causal=bool(rank))
         odd = torch.randn(1, 3, 2, 8)
         with pytest.raises(ValueError, match="q: causal attention takes zigzag shards"):
             fn(odd, odd, odd, causal=True)
         with pytest.raises(ValueError, match="k: each rank holds the same positions"):
             fn(q, odd, odd)
-        # A group of one rank is the plain local call.
-        # new_group is collective: every rank creates every group.
+        # Shards that are views of a larger tensor (not contiguous) give the same result.
+        wide = torch.randn(2, 8, 2, 8, generator=torch.Generator().manual_seed(rank))
+        torch.testing.assert_close(fn(wide[:, :4], wide[:, :4], wide[:, :4]), fn(*(wide[:, :4].contiguous(),) * 3))
+        # A group of one rank is the plain local call; new_group is collective: every
+        # rank creates every group.
         groups = [dist.new_group([r]) for r in range(world_size)]
         out = fn(q, q, q, causal=True, group=groups[rank])
         torch.testing.assert_close(out, fa3.flash_attn_func(q, q, q, causal=True))

@@ -10,17 +10,18 @@ import torch.distributed as dist
 
 from .. import _checks
 
-_DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2, torch.float8_e4m3fn: 3}
-# What every rank must agree on, with the argument each entry belongs to.
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn)
+# What every rank must agree on: the argument it belongs to, what it is, and how a
+# value (an integer, to travel in one tensor) reads in a message.
 _FIELDS = (
-    ("q", "sequence length"),
-    ("q", "batch"),
-    ("q", "query heads"),
-    ("k", "key/value heads"),
-    ("q", "head dim"),
-    ("v", "head dim"),
-    ("q", "dtype code"),
-    ("causal", "value"),
+    ("q", "sequence length", int),
+    ("q", "batch", int),
+    ("q", "query heads", int),
+    ("k", "key/value heads", int),
+    ("q", "head dim", int),
+    ("v", "head dim", int),
+    ("q", "dtype", lambda code: _DTYPES[code]),
+    ("causal", "value", bool),
 )
 
 
@@ -39,7 +40,7 @@ def check_local(q, k, v, causal):
 
 def check_across_ranks(q, k, v, causal, group):
     """Raises the same ValueError on every rank unless all ranks hold shards of one problem."""
-    mine = [q.shape[1], q.shape[0], q.shape[2], k.shape[2], q.shape[3], v.shape[3], _DTYPE_CODES[q.dtype], int(causal)]
+    mine = [q.shape[1], q.shape[0], q.shape[2], k.shape[2], q.shape[3], v.shape[3], _DTYPES.index(q.dtype), int(causal)]
     # gloo's collectives take CPU tensors, NCCL's CUDA ones.
     device = q.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
     local = torch.tensor(mine, dtype=torch.int64, device=device)
@@ -47,9 +48,9 @@ def check_across_ranks(q, k, v, causal, group):
     dist.all_gather(gathered, local, group=group)
     table = torch.stack(gathered).cpu().tolist()
     for rank, row in enumerate(table):
-        for (arg, what), value, first in zip(_FIELDS, row, table[0]):
+        for (arg, what, read), value, first in zip(_FIELDS, row, table[0]):
             if value != first:
                 raise ValueError(
-                    f"{arg}: every rank must hold a shard of one problem; {what} is {value} on rank {rank} "
-                    f"but {first} on rank 0"
+                    f"{arg}: every rank must hold a shard of one problem; {what} is {read(value)} on rank {rank} "
+                    f"but {read(first)} on rank 0"
                 )

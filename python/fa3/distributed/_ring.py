@@ -34,6 +34,8 @@ class _Ring:
     def start(self, tensors):
         """Sends tensors to the next rank and receives their like from the previous
         one; returns (wait, received) where wait() blocks until both are done."""
+        # Transports send whole buffers: a view of a larger tensor is copied first.
+        tensors = [t.contiguous() for t in tensors]
         received = [torch.empty_like(t) for t in tensors]
         ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in tensors]
         ops += [dist.P2POp(dist.irecv, t, self.prev, self.group) for t in received]
@@ -109,10 +111,10 @@ def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring):
         _halves(dv, kv_half).add_(block_dv)
         # The accumulators follow their K/V shard; after the last step they hop home.
         wait_grads, (dk, dv) = ring.start([dk, dv])
-        wait_grads()
         if step + 1 < ring.size:
             wait_kv()
             k, v = next_k, next_v
+        wait_grads()
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
