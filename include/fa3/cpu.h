@@ -8,11 +8,13 @@
 // index tensors they read on the host (fa3/attention.h). forward_with_kvcache and combine
 // run the calls of fa3/kvcache.h; forward_with_kvcache reads its index tensors on the host
 // too, ignores num_splits (its result never depends on it) and appends to the cache
-// before it attends.
+// before it attends. merge_attention_states() combines partial results (fa3/merge.h) in
+// fp32.
 #pragma once
 
 #include "fa3/attention.h"
 #include "fa3/kvcache.h"
+#include "fa3/merge.h"
 
 namespace fa3::cpu {
 
@@ -25,5 +27,9 @@ Status forward(const ForwardArgs& args, const Options& options = {});
 Status backward(const BackwardArgs& args, const Options& options = {});
 Status forward_with_kvcache(const KvCacheArgs& args, const Options& options = {});
 Status combine(const CombineArgs& args);
+
+// Writes args.out and args.lse from the parts. A row whose lse is -inf in every part
+// (it saw no key anywhere) gives out 0 and lse -inf.
+Status merge_attention_states(const MergeArgs& args);
 
 }  // namespace fa3::cpu

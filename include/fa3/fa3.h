@@ -7,6 +7,7 @@
 #include "fa3/device.h"
 #include "fa3/kernels.h"
 #include "fa3/kvcache.h"
+#include "fa3/merge.h"
 #include "fa3/status.h"
 #include "fa3/tensor.h"
 #include "fa3/tune.h"

@@ -36,6 +36,8 @@ __all__ = [
     "flash_attn_with_kvcache",
     "flash_attn_combine",
     "get_scheduler_metadata",
+    "merge_attention_states",
+    "merge_attention_states_list",
 ]
 _TORCH_API = __all__[7:]
 
@@ -48,6 +50,7 @@ if _HAS_TORCH:
         flash_attn_with_kvcache,
         get_scheduler_metadata,
     )
+    from ._merge import merge_attention_states, merge_attention_states_list
 else:
 
     def __getattr__(name):

@@ -172,6 +172,31 @@ std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const
   return bytes;
 }
 
+// Host tensors only: CUDA callers merge with torch operations for now (python/fa3/_merge.py).
+void merge_attention_states(const std::vector<InArray>& outs, const std::vector<InArray>& lses, const OutArray& out,
+                            const OutArray& lse) {
+  Placement where;
+  MergeArgs args;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    args.outs.push_back(to_view(("outs[" + std::to_string(i) + "]").c_str(), outs[i], where));
+  }
+  for (std::size_t i = 0; i < lses.size(); ++i) {
+    args.lses.push_back(to_view(("lses[" + std::to_string(i) + "]").c_str(), lses[i], where));
+  }
+  args.out = to_view("out", out, where);
+  args.lse = to_view("lse", lse, where);
+  if (!where.on_host()) {
+    raise_if_error({StatusCode::kNotSupported, "out: merge_attention_states runs on host tensors only, got " +
+                                                   where.describe()});
+  }
+  Status status;
+  {
+    nb::gil_scoped_release no_gil;
+    status = cpu::merge_attention_states(args);
+  }
+  raise_if_error(status);
+}
+
 nb::dict build_info_dict() {
   const BuildInfo& b = fa3::build_info();
   nb::dict d;
@@ -255,6 +280,10 @@ NB_MODULE(_C, m) {
         "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "Bytes of workspace that backward() needs for these arguments: for CUDA tensors after validating them\n"
         "as backward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
+  m.def("merge_attention_states", &merge_attention_states, "outs"_a, "lses"_a, "out"_a, "lse"_a,
+        "Exact merge of partial attention results (host tensors): writes out = sum_i exp(lses[i] - lse) * outs[i]\n"
+        "and lse = log(sum_i exp(lses[i])), in fp32. outs[i] and out (batch, seqlen, nheads, head_dim) of one dtype;\n"
+        "lses[i] and lse (batch, nheads, seqlen) fp32. A row with lse -inf in every part gives 0 and -inf.");
   m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");
   m.def("device_info", &device_info_dict, "index"_a = -1,
         "Properties of CUDA device `index` (-1: the current device); never raises without a GPU.");

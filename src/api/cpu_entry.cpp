@@ -5,11 +5,13 @@
 
 #include "api/validate.h"
 #include "api/validate_kvcache.h"
+#include "api/validate_merge.h"
 #include "common/numeric.h"
 #include "common/status_macros.h"
 #include "fa3/cpu.h"
 #include "reference/combine.h"
 #include "reference/kvcache.h"
+#include "reference/merge.h"
 #include "reference/naive.h"
 #include "reference/tiled_cpu.h"
 #include "reference/varlen.h"
@@ -122,6 +124,14 @@ Status combine(const CombineArgs& args) {
     CombineProblem problem;
     FA3_RETURN_IF_ERROR(validate_combine(args, cpu_target(), &problem));
     reference::combine(problem, args);
+    return Status::ok();
+  });
+}
+
+Status merge_attention_states(const MergeArgs& args) {
+  return run_guarded("fa3::cpu::merge_attention_states", [&]() -> Status {
+    FA3_RETURN_IF_ERROR(validate_merge(args));
+    reference::merge_states(args);
     return Status::ok();
   });
 }

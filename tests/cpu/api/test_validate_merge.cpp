@@ -1,0 +1,94 @@
+// The rules on merge_attention_states' arguments, broken one at a time from a valid
+// two-part merge: each gives its message naming the argument, and the public entry
+// point writes nothing when it refuses a call.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "api/validate_merge.h"
+#include "fa3/cpu.h"
+
+namespace fa3::test {
+namespace {
+
+// batch 2, seqlen 3, nheads 4, head_dim 5; every tensor has its own storage.
+struct MergeBuffers {
+  std::vector<float> out_a, out_b, out, lse_a, lse_b, lse;
+  MergeArgs args;
+
+  MergeBuffers() : out_a(120, 1.f), out_b(120, 2.f), out(120, NAN), lse_a(24, 0.f), lse_b(24, 0.f), lse(24, NAN) {
+    auto out_view = [](std::vector<float>& v) { return TensorView::contiguous(v.data(), DType::kFloat32, {2, 3, 4, 5}); };
+    auto lse_view = [](std::vector<float>& v) { return TensorView::contiguous(v.data(), DType::kFloat32, {2, 4, 3}); };
+    args.outs = {out_view(out_a), out_view(out_b)};
+    args.lses = {lse_view(lse_a), lse_view(lse_b)};
+    args.out = out_view(out);
+    args.lse = lse_view(lse);
+  }
+};
+
+struct MergeRule {
+  std::string name;
+  std::function<void(MergeArgs&)> breaks;
+  std::string message;
+};
+
+void PrintTo(const MergeRule& c, std::ostream* os) { *os << c.name; }
+
+std::vector<MergeRule> merge_rules() {
+  return {
+      {"no_parts", [](MergeArgs& a) { a.outs.clear(); }, "outs: at least one part is needed, got none"},
+      {"lses_count", [](MergeArgs& a) { a.lses.pop_back(); }, "lses: one per part is needed: got 1 for 2 outs"},
+      {"out_null", [](MergeArgs& a) { a.outs[1].data = nullptr; }, "outs[1]: data pointer is null"},
+      {"out_rank", [](MergeArgs& a) { a.outs[0].rank = 3; },
+       "outs[0]: expected a 4-d tensor (batch, seqlen, nheads, head_dim), got rank 3"},
+      {"out_negative_size", [](MergeArgs& a) { a.out.shape[1] = -1; },
+       "out: shape (2, -1, 4, 5) has a negative size"},
+      {"out_negative_stride", [](MergeArgs& a) { a.outs[1].stride[2] = -5; }, "outs[1]: stride must be >= 0, got -5"},
+      {"out_dtype_int32", [](MergeArgs& a) {
+         for (TensorView& t : a.outs) t.dtype = DType::kInt32;
+       },
+       "outs[0]: dtype must be fp32, fp16 or bf16, got int32"},
+      {"out_dtype_differs", [](MergeArgs& a) { a.outs[1].dtype = DType::kBFloat16; },
+       "outs[1]: dtype bf16 differs from outs[0]'s fp32"},
+      {"result_dtype_differs", [](MergeArgs& a) { a.out.dtype = DType::kFloat16; },
+       "out: dtype fp16 differs from outs[0]'s fp32"},
+      {"out_shape_differs", [](MergeArgs& a) { a.outs[1].shape[3] = 4; },
+       "outs[1]: shape (2, 3, 4, 4) differs from outs[0]'s (2, 3, 4, 5)"},
+      {"lse_rank", [](MergeArgs& a) { a.lses[0].rank = 4; },
+       "lses[0]: expected a 3-d tensor (batch, nheads, seqlen), got rank 4"},
+      {"lse_dtype", [](MergeArgs& a) { a.lses[1].dtype = DType::kBFloat16; }, "lses[1]: dtype must be fp32, got bf16"},
+      {"lse_seqlen_nheads_swapped", [](MergeArgs& a) { std::swap(a.lses[1].shape[1], a.lses[1].shape[2]); },
+       "lses[1]: shape (2, 3, 4) must be (batch, nheads, seqlen) = (2, 4, 3)"},
+      {"result_lse_null", [](MergeArgs& a) { a.lse.data = nullptr; }, "lse: data pointer is null"},
+      {"result_lse_shape", [](MergeArgs& a) { a.lse.shape[0] = 1; },
+       "lse: shape (1, 4, 3) must be (batch, nheads, seqlen) = (2, 4, 3)"},
+  };
+}
+
+class MergeRuleTest : public ::testing::TestWithParam<MergeRule> {};
+
+TEST(MergeValid, TheBaseArgumentsPass) {
+  MergeBuffers m;
+  EXPECT_TRUE(validate_merge(m.args).is_ok()) << validate_merge(m.args).to_string();
+}
+
+TEST_P(MergeRuleTest, GivesItsMessageAndWritesNothing) {
+  MergeBuffers m;
+  GetParam().breaks(m.args);
+  const Status direct = validate_merge(m.args);
+  EXPECT_EQ(direct.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(direct.message(), GetParam().message);
+  const Status entry = cpu::merge_attention_states(m.args);
+  EXPECT_EQ(entry.message(), GetParam().message);
+  for (float x : m.out) EXPECT_TRUE(std::isnan(x));
+  for (float x : m.lse) EXPECT_TRUE(std::isnan(x));
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, MergeRuleTest, ::testing::ValuesIn(merge_rules()),
+                         [](const ::testing::TestParamInfo<MergeRule>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace fa3::test
