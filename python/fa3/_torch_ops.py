@@ -36,10 +36,14 @@ def _detached(t):
     return t.detach() if t is not None and t.requires_grad else t
 
 
-def _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk):
-    """Allocates (out, lse) and runs the extension's forward into them."""
+def _run_forward(
+    q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk, outputs=None, **index
+):
+    """Allocates (out, lse) (by `outputs(q, v)`, the fixed-length shapes by default) and
+    runs the extension's forward into them; `index` carries a varlen call's index
+    tensors and bounds."""
     q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
-    out, lse = _forward_outputs(q, v)
+    out, lse = (outputs or _forward_outputs)(q, v)
     _C.forward(
         q,
         k,
@@ -53,6 +57,7 @@ def _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_righ
         window_right=window_right,
         softcap=softcap,
         attention_chunk=attention_chunk,
+        **index,
         **_placement(q),
     )
     return out, lse

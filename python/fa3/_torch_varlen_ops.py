@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from . import _C
-from ._torch_ops import _detached, _dsinks_like, _out_dtype, _placement
+from ._torch_ops import _detached, _dsinks_like, _out_dtype, _placement, _run_forward
 
 
 def _varlen_outputs(q, v):
@@ -58,25 +58,20 @@ def varlen_forward(
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse) of a varlen call; `deterministic` is the backward's setting,
     carried here so that autograd can see it."""
-    q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
-    out, lse = _varlen_outputs(q, v)
-    _C.forward(
+    return _run_forward(
         q,
         k,
         v,
-        out,
-        lse,
-        sinks=sinks,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        attention_chunk=attention_chunk,
+        sinks,
+        softmax_scale,
+        causal,
+        window_left,
+        window_right,
+        softcap,
+        attention_chunk,
+        outputs=_varlen_outputs,
         **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
-        **_placement(q),
     )
-    return out, lse
 
 
 @varlen_forward.register_fake
