@@ -28,7 +28,7 @@
 // lse = sink_h (only the sink remains), and its dq is 0. A sink of -inf is no sink.
 // The backward's gradient of the sinks, with D_i = rowsum(dout_i * out_i), is
 //   dsinks_h = -sum over the rows i of head h, in every batch, of exp(sink_h - L_i) * D_i.
-// Both fa3::cpu and the GPU entry points implement sinks (on the GPU, the general kernels).
+// Both fa3::cpu and the GPU entry points implement sinks (on the GPU, every kernel family).
 //
 // Variable-length batches (varlen, FlashAttention-3's flash_attn_varlen_func): with
 // VarlenArgs::cu_seqlens_q given, the batch's sequences are packed one after another

@@ -47,7 +47,7 @@ struct FwdKernel {
   using Pipeline = typename Traits::Pipeline;
   using QPipeline = typename Traits::QPipeline;
   // General tiles may differ in length as causal ones do (a causal window, or causal
-  // with sinks or a softcap): they take the dynamic, longest-first order too.
+  // with a softcap): they take the dynamic, longest-first order too.
   using Scheduler = TileScheduler<Mask::kCausal || Mask::kGeneral>;
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
@@ -210,7 +210,7 @@ struct FwdKernel {
       // While the last P·V runs: the row statistics, LSE's store, and the next tile's Q.
       const auto last_pv_issued = [&] {
         softmax.finish(softmax_scale_of(mask, params.p), inv_sum, lse);
-        if constexpr (Mask::kGeneral) add_sink(params.p, tile.head, inv_sum, lse);
+        add_sink(params.p, tile.head, inv_sum, lse);
         Epilogue::store_lse(params.p, tid, tile, lse);
         if constexpr (kQEarly) next = next_tile(next_state);
       };

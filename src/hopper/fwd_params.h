@@ -12,7 +12,7 @@ struct FwdParams {
   const void* v = nullptr;
   void* out = nullptr;
   float* lse = nullptr;  // may be null: no lse requested
-  const float* sinks = nullptr;  // may be null: none (general kernels only)
+  const float* sinks = nullptr;  // may be null: none
   std::int64_t sinks_stride = 0;
 
   // Strides in elements, (batch, row, head); the head dim is contiguous.

@@ -1,7 +1,9 @@
 // fa3 — which family of kernels runs a problem: plain (every key), causal (bottom-right
-// diagonal), or general (any window, chunked attention, the softcap, attention sinks).
-// Plain and causal calls keep kernels of their own, tuned and free of the general
-// family's per-block bounds; a problem goes to the general ones only when it needs them.
+// diagonal), or general (any window, chunked attention, the softcap). Plain and causal
+// calls keep kernels of their own, tuned and free of the general family's per-block
+// bounds; a problem goes to the general ones only when it needs them. Attention sinks
+// need no family of their own: every forward kernel folds a sink into its rows' final
+// statistics when one is given, and the backward's main kernels never read them.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +17,7 @@ namespace fa3::hopper {
 enum class MaskKind { kPlain, kCausal, kGeneral };
 
 inline MaskKind mask_kind(const Problem& p) {
-  if (p.softcap > 0.f || p.window_left >= 0 || p.has_sinks || p.chunk > 0) return MaskKind::kGeneral;
+  if (p.softcap > 0.f || p.window_left >= 0 || p.chunk > 0) return MaskKind::kGeneral;
   // A window of (-1, 0) is causal whether or not the caller said so.
   if (p.window_right == 0) return MaskKind::kCausal;
   return p.window_right < 0 ? MaskKind::kPlain : MaskKind::kGeneral;
