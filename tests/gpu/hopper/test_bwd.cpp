@@ -310,8 +310,9 @@ TEST_P(BwdGeneral, DeterministicIsBitwiseRepeatable) {
   }
 }
 
-// Sinks on the general kernels: dq, dk, dv and the sinks' own gradient against the
-// reference over the shape list, one head's sink -inf; dsinks bitwise the same twice.
+// Sinks on every kernel family (plain and causal cases run the plain and causal
+// kernels): dq, dk, dv and the sinks' own gradient against the reference over the shape
+// list, one head's sink -inf; dsinks bitwise the same twice.
 TEST_P(BwdGeneral, SinksMatchReference) {
   FA3_REQUIRE_HOPPER();
   const GeneralKernel& kernel = GetParam();

@@ -114,9 +114,10 @@ TEST_P(FwdGeneral, MatchesReferenceOverShapeList) {
   }
 }
 
-// Sinks (a logit per head in each row's denominator, fa3/attention.h) run on the
-// general kernels: out and lse against the reference, one head's sink -inf (none),
-// with no mask, causal (rows without keys: lse is the sink) and a window with softcap.
+// Sinks (a logit per head in each row's denominator, fa3/attention.h) on every kernel
+// family: out and lse against the reference, one head's sink -inf (none), with no mask
+// and causal (the plain and causal kernels; rows without keys: lse is the sink) and a
+// window with softcap (the general kernels).
 TEST_P(FwdGeneral, SinksMatchReference) {
   FA3_REQUIRE_HOPPER();
   const auto [dtype, d] = GetParam();
