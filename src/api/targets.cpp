@@ -59,8 +59,10 @@ ValidationTarget gpu_backward_target() {
   ValidationTarget t = gpu_target();
   t.dtypes = hopper::bwd_dtypes();
   t.head_dims = hopper::bwd_head_dims();
-  // The backward kernels take equal head dims only.
-  t.separate_head_dim_v = false;
+  // A separate V head dim runs on the kernel of the larger head dim, the narrower
+  // tensors' extra columns read as zeros and never written (hopper/bwd_dispatch.cpp).
+  t.separate_head_dim_v = true;
+  t.max_head_dim_v = t.head_dims.empty() ? 0 : t.head_dims.back();
   t.backward_workspace = [](const Problem& p, bool deterministic) {
     return hopper::bwd_workspace(p, deterministic).bytes;
   };

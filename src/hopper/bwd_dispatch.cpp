@@ -49,9 +49,13 @@ int bwd_kernel_head_dim(std::int64_t d) {
   return 0;
 }
 
+int bwd_problem_head_dim(const Problem& p) {
+  return bwd_kernel_head_dim(std::max(p.head_dim, p.head_dim_v));
+}
+
 BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
   // The accumulators hold the kernel's head dim: its blocks are the MMA's tiles.
-  const int head_dim = bwd_kernel_head_dim(p.head_dim);
+  const int head_dim = bwd_problem_head_dim(p);
   const BwdConfig cfg = bwd_config(head_dim);
   const BwdShape shape{p.batch, p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv, head_dim};
   return bwd_workspace_layout(shape, cfg.block_m, cfg.block_n, deterministic);
@@ -94,6 +98,7 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
   b.nheads_q = static_cast<int>(p.nheads_q);
   b.nheads_kv = static_cast<int>(p.nheads_kv);
   b.head_dim = static_cast<int>(p.head_dim);
+  b.head_dim_v = static_cast<int>(p.head_dim_v);
   b.softmax_scale = p.softmax_scale;
   b.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
   b.softcap = p.softcap;
@@ -107,14 +112,17 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
 
 Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
   const MaskKind mask = mask_kind(p);
-  const int head_dim = bwd_kernel_head_dim(p.head_dim);
+  const int head_dim = bwd_problem_head_dim(p);
   for (const BwdKernelEntry& k : bwd_kernels()) {
     if (k.dtype == a.q.dtype && k.head_dim == head_dim && k.mask == mask) {
       return k.launch(make_bwd_params(p, a, num_sms), stream);
     }
   }
+  const std::string dims = p.head_dim_v == p.head_dim
+                               ? std::to_string(p.head_dim)
+                               : std::to_string(p.head_dim) + " (v: " + std::to_string(p.head_dim_v) + ")";
   return {StatusCode::kNotSupported, std::string("no backward kernel was built for dtype ") + dtype_name(a.q.dtype) +
-                                         ", head dim " + std::to_string(p.head_dim) + ", mask " + mask_kind_name(mask)};
+                                         ", head dim " + dims + ", mask " + mask_kind_name(mask)};
 }
 
 }  // namespace fa3::hopper

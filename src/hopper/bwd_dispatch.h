@@ -33,6 +33,12 @@ std::vector<int> bwd_head_dims();
 // columns read as zeros and are never stored; 0 when none is.
 int bwd_kernel_head_dim(std::int64_t d);
 
+// The compiled head dim that runs problem `p`: that of the larger of its Q/K and V head
+// dims, so that the narrower tensors take it with zero columns too (TMA reads past a
+// row's end as zeros; their gradients' stores stop at the row's end). Their GEMMs do the
+// padded columns' work: DeepSeek-V3's (192, 128) runs in (192, 192)'s time.
+int bwd_problem_head_dim(const Problem& p);
+
 // The workspace a call on `p` needs (hopper/bwd_workspace.h).
 BwdWorkspace bwd_workspace(const Problem& p, bool deterministic);
 

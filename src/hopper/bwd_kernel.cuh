@@ -321,7 +321,7 @@ struct BwdKernel {
         auto [tdKgK, tdKsK] =
             tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gdK));
         copy(params.tma_dk, tdKsK, tdKgK);
-        Tensor mdV = params.tma_dv.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
+        Tensor mdV = params.tma_dv.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.nheads_kv, p.batch));
         Tensor gdV = local_tile(mdV(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
         auto [tdVgV, tdVsV] =
             tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gdV));

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dkv(cons
           static_cast<std::int64_t>(n_block) * Traits::kBlockN * row_stride;
   t.row_stride = row_stride;
   t.rows = std::min(static_cast<int>(Traits::kBlockN), p.seqlen_k - n_block * Traits::kBlockN);
-  t.cols = p.head_dim;
+  t.cols = is_dv ? p.head_dim_v : p.head_dim;
   t.scale = 1.f;  // dK was scaled before it was summed
   convert_accum_block<typename Traits::Element, typename Traits::TiledMmaDkv, Traits::kBlockN, Traits::kHeadDim,
                       Traits::kDkvSwap>(t);
@@ -80,33 +80,34 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using D = typename Traits::D;
 
   auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
-  // As in the forward, the tensors have the call's head dim (kHeadDim or less).
-  auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads) {
-    const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(p.head_dim));
+  // As in the forward, the tensors have the call's head dims (kHeadDim or less): Q, K
+  // and their gradients head_dim, V, dO and dV head_dim_v.
+  auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads, int dim) {
+    const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(dim));
     const std::int64_t head_stride = detail::usable_stride(head, heads, row_stride * rows);
     return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, p.batch, head_stride * heads)};
   };
-  auto q_shape = make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch);
-  auto kv_shape = make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch);
-  const auto q_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch) {
-    return make_tensor(gmem(ptr), q_shape, strides(row, head, batch, p.seqlen_q, p.nheads_q));
+  const auto q_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch, int dim) {
+    return make_tensor(gmem(ptr), make_shape(p.seqlen_q, dim, p.nheads_q, p.batch),
+                       strides(row, head, batch, p.seqlen_q, p.nheads_q, dim));
   };
-  const auto kv_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch) {
-    return make_tensor(gmem(ptr), kv_shape, strides(row, head, batch, p.seqlen_k, p.nheads_kv));
+  const auto kv_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch, int dim) {
+    return make_tensor(gmem(ptr), make_shape(p.seqlen_k, dim, p.nheads_kv, p.batch),
+                       strides(row, head, batch, p.seqlen_k, p.nheads_kv, dim));
   };
   typename Kernel::Params params{
-      make_tma_copy(SM90_TMA_LOAD{}, q_tensor(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride),
+      make_tma_copy(SM90_TMA_LOAD{}, q_tensor(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.head_dim),
                     take<0, 2>(typename Traits::SmemLayoutQ{}), Shape<BM, D>{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, q_tensor(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride),
+      make_tma_copy(SM90_TMA_LOAD{}, q_tensor(p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride, p.head_dim_v),
                     take<0, 2>(typename Traits::SmemLayoutDo{}), Shape<BM, D>{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride),
+      make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.head_dim),
                     typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride),
+      make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.head_dim_v),
                     typename Traits::SmemLayoutV{}, Shape<BN, D>{}, _1{}),
       // MHA only (GQA/MQA sums dK and dV in the workspace): dK, dV shaped like K, V.
-      make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride),
+      make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride, p.head_dim),
                     typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),
-      make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride),
+      make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, p.head_dim_v),
                     typename Traits::SmemLayoutV{}, Shape<BN, D>{}, _1{}),
       p,
       1,

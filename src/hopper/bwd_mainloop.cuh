@@ -70,7 +70,7 @@ struct BwdProducer {
     q_state.advance();
 
     std::uint64_t* do_full = do_pipe.producer_acquire(do_state, Traits::kQBytes + Traits::kStatsBytes);
-    Tensor mDo = params.tma_do.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
+    Tensor mDo = params.tma_do.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim_v, p.nheads_q, p.batch));
     Tensor gDo = local_tile(mDo(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(_, _0{}));
     Tensor sDo = make_tensor(make_smem_ptr(smem.dout), typename Traits::SmemLayoutDo{});
     auto [tDgD, tDsD] =
@@ -104,7 +104,7 @@ struct BwdProducer {
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     copy(params.tma_k.with(smem.kv_full), tKgK, tKsK);
-    Tensor mV = params.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
+    Tensor mV = params.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.nheads_kv, p.batch));
     Tensor gV = local_tile(mV(_, _, head_kv, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
     Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));

@@ -38,7 +38,8 @@ struct BwdParams {
   int seqlen_k = 0;
   int nheads_q = 0;
   int nheads_kv = 0;
-  int head_dim = 0;
+  int head_dim = 0;    // of Q and K (and their gradients)
+  int head_dim_v = 0;  // of V and O (and their gradients); the kernel's is the larger
 
   float softmax_scale = 0.f;
   float softmax_scale_log2 = 0.f;  // softmax_scale * log2(e)

@@ -4,7 +4,7 @@
 //
 // One CTA per (query block, head, batch), a warp per row at a time: a lane reads 16
 // bytes of dO and of O (head dims up to 256 fill at most one such load per lane). The
-// row is the call's head dim long (a multiple of 8), which may be less than kHeadDim.
+// row is V's head dim long (a multiple of 8), which may be less than kHeadDim.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kBwdPreThreads) bwd_preprocess(const __grid_co
     const int row = m_block * kBlockM + r;
     float d = 0.f;
     const int col = lane * 8;
-    if (row < p.seqlen_q && col < p.head_dim) {
+    if (row < p.seqlen_q && col < p.head_dim_v) {
       const auto o = *reinterpret_cast<const uint4*>(out + row * p.o_row_stride + col);
       const auto g = *reinterpret_cast<const uint4*>(dout + row * p.do_row_stride + col);
       const Element* oe = reinterpret_cast<const Element*>(&o);

@@ -52,18 +52,20 @@ struct BwdInputs {
   BackwardArgs args;
 };
 
-// The tensors of a problem, random, with no out, lse or workspace computed yet.
+// The tensors of a problem, random, with no out, lse or workspace computed yet; v, out
+// and their gradients of head dim dv (0: d).
 BwdInputs make_tensors(DType dtype, const Shape& s, std::int64_t d, bool causal, std::uint64_t seed,
-                       const Layout& layout) {
+                       const Layout& layout, std::int64_t dv = 0) {
+  if (dv == 0) dv = d;
   BwdInputs in;
   in.q = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 1);
   in.k = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 2);
-  in.v = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 3);
-  in.out = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 4);
-  in.dout = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 5);
+  in.v = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, dv, seed + 3);
+  in.out = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, dv, seed + 4);
+  in.dout = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, dv, seed + 5);
   in.dq = make_laid_out(layout, dtype, s.batch, s.seqlen_q, s.nheads_q, d, seed + 6);
   in.dk = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 7);
-  in.dv = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, d, seed + 8);
+  in.dv = make_laid_out(layout, dtype, s.batch, s.seqlen_k, s.nheads_kv, dv, seed + 8);
   // lse as a 3-d view (batch, heads, seqlen) inside a 4-d allocation padded like the rest.
   in.lse = make_tensor(DType::kFloat32, s.batch, s.nheads_q, s.seqlen_q, 1, seed + 9, 0, layout.row_pad, layout.margin);
   TensorView lse = in.lse.view;
@@ -260,6 +262,45 @@ INSTANTIATE_TEST_SUITE_P(Built, BwdAnyHeadDim,
                          ::testing::Combine(::testing::ValuesIn(hopper::bwd_dtypes()),
                                             ::testing::ValuesIn(unbuilt_head_dims(hopper::bwd_head_dims()))),
                          any_head_dim_name);
+
+// A V head dim of its own (DeepSeek-V3's (192, 128); (64, 256); smaller pairs) runs on
+// the kernel of the larger head dim: the accuracy rule over the shape list with the
+// plain, causal and window+softcap kernels, rows padded with NaN to whole 16-byte units,
+// nothing past a gradient's head dim written.
+TEST(BwdHeadDimV, MatchesReferenceOverShapeList) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const std::pair<int, int> pairs[] = {{192, 128}, {128, 64}, {64, 256}, {40, 24}, {96, 192}};
+  const GeneralCase cases[] = {
+      {"full", false, -1, -1, 0.f}, {"causal", true, -1, 0, 0.f}, {"window_softcap", false, 100, 30, 5.f}};
+  const hopper::MaskKind kinds[] = {hopper::MaskKind::kPlain, hopper::MaskKind::kCausal, hopper::MaskKind::kGeneral};
+  int ran = 0;
+  std::uint64_t seed = 13000;
+  for (DType dtype : hopper::bwd_dtypes()) {
+    for (const auto& [d, dv] : pairs) {
+      const int kernel_dim = hopper::bwd_kernel_head_dim(std::max(d, dv));
+      const Layout layout{std::max(row_pad_for(d), row_pad_for(dv)), 0, 256, false};
+      for (int i = 0; i < 3; ++i) {
+        if (kernel_dim == 0 || !built(dtype, kernel_dim, kinds[i])) continue;
+        ++ran;
+        for (const Shape& s : accuracy_shapes()) {
+          SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " head dims " << d << ", " << dv << " on "
+                                          << kernel_dim << " " << cases[i].name << ": batch " << s.batch << " sq "
+                                          << s.seqlen_q << " sk " << s.seqlen_k << " heads " << s.nheads_q << ":"
+                                          << s.nheads_kv);
+          BwdInputs in = make_tensors(dtype, s, d, cases[i].causal, seed += 17, layout, dv);
+          in.args.options = cases[i].options();
+          prepare(in, false);
+          EXPECT_TRUE(backward_accurate(check_backward(in.args), dtype));
+          EXPECT_EQ(written_outside_view(in.dq), 0) << "dq: elements outside the view were written";
+          EXPECT_EQ(written_outside_view(in.dk), 0) << "dk: elements outside the view were written";
+          EXPECT_EQ(written_outside_view(in.dv), 0) << "dv: elements outside the view were written";
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no backward kernel fits any of the pairs";
+}
 
 // The general kernels (windows, chunks, softcap) for every case of general_cases() over
 // the shape list; then, per case on one shape, deterministic mode bitwise the same over
