@@ -8,7 +8,8 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
   softcap50    softcap 50
   chunk8192    attention_chunk 8192 (Llama 4's chunked attention): a query sees its own chunk
   sinks        attention sinks (one logit per head, random), gradient included
-  graph        the same call captured into a CUDA graph and replayed (eager vs replay)
+  graph        the plain call, forward and backward, captured into a CUDA graph and
+               replayed (eager vs replay)
   hdimD        a head dim D without kernels of its own (--odd-hdims, default 80), run
                on the next built head dim K, against that head dim's own call
                (variant "hdimK"); same batch, seqlen and 16 heads, FLOPs of D
@@ -16,9 +17,8 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
                out of 128, against head dim 192's plain call (variant "hdim192");
                --head-dim-v-pairs QK:V,... picks the pairs (default 192:128), each
                a variant "qkQKvV" against "hdimQK"; same batch, seqlen and 16 heads.
-               Forward only: the GPU backward takes equal head dims only, so no bwd
-               pass is timed. Skipped, with a note, when the build has no kernel for
-               the pair
+               The backward runs a pair on the kernel of its larger head dim.
+               Skipped, with a note, when the build has no kernel for the pair
 
 FLOPs count the visible (query, key) pairs exactly (2 * pairs * (hdim + hdim_v) per
 head for the forward: S = QK^T costs hdim, O = PV hdim_v, 4 * pairs * hdim when they
@@ -109,15 +109,18 @@ def check(out, q, k, v, causal, window, softcap, sinks, chunk=0):
     return err
 
 
-def graph_of(fn):
-    """fn captured into a CUDA graph (after a warm-up call on a side stream)."""
+def graph_of(make):
+    """The function make() returns, captured into a CUDA graph after a warm-up call.
+    make() runs on the side stream that then captures: autograd runs a backward on the
+    stream its forward ran on, so a captured backward's forward must come from there."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
+        fn = make()
         fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         fn()
     torch.cuda.synchronize()
     return graph
@@ -152,19 +155,22 @@ def run(args, gpu):
             err = check(forward(), q, k, v, causal, window, softcap, sink, chunk)
             timed = [("fwd", name, forward)]
             if name == "none":
-                graph = graph_of(forward)
-                timed.append(("fwd", "graph", graph.replay))
+                timed.append(("fwd", "graph", graph_of(lambda forward=forward: forward).replay))
             if "bwd" in args.passes:
-                qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-                sg = None if sink is None else sink.detach().requires_grad_()
-                out = fa3.flash_attn_func(
-                    qg, kg, vg, causal=causal, window_size=window, softcap=softcap, sinks=sg, attention_chunk=chunk
-                )
 
-                def backward(out=out, inputs=(qg, kg, vg) + (() if sg is None else (sg,))):
-                    return torch.autograd.grad(out, inputs, dout, retain_graph=True)
+                def make_backward(window=window, softcap=softcap, sink=sink, chunk=chunk, q=q, k=k, v=v):
+                    """The backward of a fresh forward, as a function of no arguments."""
+                    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                    sg = None if sink is None else sink.detach().requires_grad_()
+                    out = fa3.flash_attn_func(
+                        qg, kg, vg, causal=causal, window_size=window, softcap=softcap, sinks=sg, attention_chunk=chunk
+                    )
+                    inputs = (qg, kg, vg) + (() if sg is None else (sg,))
+                    return lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)
 
-                timed.append(("bwd", name, backward))
+                timed.append(("bwd", name, make_backward()))
+                if name == "none":
+                    timed.append(("bwd", "graph", graph_of(make_backward).replay))
             for pass_, variant, fn in timed:
                 if pass_ not in args.passes:
                     continue
@@ -250,10 +256,9 @@ def run_head_dims(args, gpu):
 
 def run_head_dim_pairs(args, gpu):
     """Each (QK, V) pair of --head-dim-v-pairs on its own kernels, and QK's plain call:
-    what a narrower (or wider) V costs. Forward only: the GPU backward takes equal head
-    dims only. A pair the build has no kernel for is skipped with a note on stderr."""
-    if "fwd" not in args.passes:
-        return []
+    what a narrower (or wider) V costs, forward and backward (the backward runs a pair on
+    the kernel of its larger head dim). A pair the build has no kernel for is skipped
+    with a note on stderr."""
     built = fa3.build_info()["head_dims"]
     seqlen, nheads = args.seqlen, 16
     batch = max(TOKENS // seqlen, 1)
@@ -285,8 +290,16 @@ def run_head_dim_pairs(args, gpu):
             for name, v in values.items():
                 shape = dict(hdim=hdim, hdim_v=v.shape[-1], causal=causal, seqlen=seqlen, batch=batch, nheads=nheads)
                 shape["pairs"] = pairs
-                timed = functools.partial(forward, v)
-                records.append(timed_record(timed, "fwd", name, baseline, shape, args, gpu, rel_err=errs[name]))
+                timed = {"fwd": functools.partial(forward, v)}
+                if "bwd" in args.passes:
+                    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                    out = fa3.flash_attn_func(qg, kg, vg, causal=causal)
+                    dout = torch.randn_like(out)
+                    timed["bwd"] = lambda out=out, inputs=(qg, kg, vg), dout=dout: torch.autograd.grad(
+                        out, inputs, dout, retain_graph=True
+                    )
+                for pass_ in args.passes:
+                    records.append(timed_record(timed[pass_], pass_, name, baseline, shape, args, gpu, rel_err=errs[name]))
     return records
 
 

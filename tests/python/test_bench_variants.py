@@ -113,8 +113,3 @@ def test_pairs_skip_a_build_without_the_qk_head_dim(monkeypatch, capsys):
     args = bench_variants.parse_args(["--passes", "fwd", "--head-dim-v-pairs", "192:128"])
     assert bench_variants.run_head_dim_pairs(args, "gpu") == []
     assert "skipping qk192v128: this build has no head dim 192 kernels" in capsys.readouterr().err
-
-
-def test_pairs_time_no_backward():
-    args = bench_variants.parse_args(["--passes", "bwd"])
-    assert bench_variants.run_head_dim_pairs(args, "gpu") == []

@@ -437,6 +437,38 @@ def test_backward_is_deterministic(causal):
             assert torch.equal(g, f), f"{name} differs from the first run in repeat {repeat}"
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cuda_graph_replays_forward_and_backward_as_eager(causal):
+    """A training step's attention, forward and backward, captured into a CUDA graph
+    (torch.cuda.graph, which captures on a side stream: autograd runs the backward on
+    the forward's stream) replays to the eager step's out, dq, dk and dv bit for bit
+    (deterministic mode, so that dq's sums run in one order), twice."""
+    q, k, v = make_qkv(2, 300, 257, 8, 2, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
+    dout = make_dout(q)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+
+    def step():
+        out = fa3.flash_attn_func(*leaves, causal=causal, deterministic=True)
+        return (out,) + torch.autograd.grad(out, leaves, dout)
+
+    eager = step()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    for replay in range(2):
+        for t in captured:
+            t.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for name, got, want in zip(("out", "dq", "dk", "dv"), captured, eager):
+            assert torch.equal(got, want), f"{name} differs from the eager step in replay {replay}"
+
+
 def test_backward_runs_on_the_current_stream():
     q, k, v = make_qkv(2, 512, 512, 4, 2, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
     dout = make_dout(q)
