@@ -141,7 +141,9 @@ def test_a_point_where_fa3_refuses_records_cudnn_alone_with_a_note(two_ms, monke
     assert [(r["impl"], r["paged"]) for r in records] == [("cudnn", False), ("cudnn", True)]
     for r in records:
         assert r["ms"] == 2.0 and "error" not in r
-        assert r["fa3_unavailable"] == "NotImplementedError: k_cache: KV-cache attention is not implemented on the GPU yet"
+        assert r["fa3_unavailable"] == (
+            "NotImplementedError: k_cache: KV-cache attention is not implemented on the GPU yet"
+        )
 
 
 def test_a_wrong_fa3_result_is_not_timed(two_ms, monkeypatch):
