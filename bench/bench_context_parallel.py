@@ -53,7 +53,6 @@ import datetime
 import functools
 import json
 import os
-import re
 import sys
 import time
 import warnings
@@ -69,6 +68,9 @@ import torch.nn.functional as F  # noqa: E402
 import fa3  # noqa: E402
 from fa3 import distributed as cp  # noqa: E402
 from fa3.distributed import _ring  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_attention import gpu_slug  # noqa: E402
 
 NHEADS, NHEADS_KV, HDIM, BATCH = 32, 8, 128, 1
 DTYPE, DTYPE_NAME = torch.bfloat16, "bf16"
@@ -136,10 +138,6 @@ def record(pass_, variant, world_size, causal, seqlen, ms, baseline_ms, **fields
     }
     rec.update(fields)
     return rec
-
-
-def gpu_slug(name):
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 # ---- the world and its clock ----
