@@ -1,0 +1,66 @@
+// fa3 — context parallelism over NCCL: one exact attention over a sequence sharded
+// across the ranks of an NCCL communicator (ring attention).
+//
+// Each rank holds its shard of q, k and v along the sequence, in fa3's layouts (see
+// fa3/attention.h), every rank's shard of the same shape. K/V shards travel around the
+// ring of ranks (rank r sends to r + 1 and receives from r - 1, mod W) by grouped
+// ncclSend / ncclRecv on `comm_stream`, while fa3::forward attends the query shard to
+// the K/V shard in hand on the compute stream; each block's (out, lse) is merged into
+// the running result exactly, in fp32 (fa3/merge.h's rule). After W - 1 hops every
+// rank has seen every K/V shard: its out and lse are those of its queries over the
+// whole sequence.
+//
+// Shards: without causal, any W equal shards (attention without a mask does not depend
+// on the order of keys; the usual choice is rank r holding the r-th contiguous piece).
+// With causal, zigzag shards, as fa3.distributed.zigzag_shard makes them: the sequence
+// cut in 2W equal chunks, rank r holding chunks r and 2W - 1 - r, one after the other,
+// so that every rank does the same causal work.
+//
+// Not yet run on GPUs: the host-side plan (schedule, zigzag blocks, workspace, rules)
+// is tested on the CPU; the multi-GPU test (tests/gpu/distributed) awaits a machine
+// with two or more Hopper GPUs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+
+#include "fa3/status.h"
+#include "fa3/tensor.h"
+
+namespace fa3::distributed {
+
+struct RingArgs {
+  TensorView q;    // this rank's shard: (batch, shard_len, nheads_q, head_dim), fp16 or bf16
+  TensorView k;    // (batch, shard_len, nheads_kv, head_dim), contiguous: it travels whole
+  TensorView v;    // (batch, shard_len, nheads_kv, head_dim_v), contiguous
+  TensorView out;  // written: (batch, shard_len, nheads_q, head_dim_v), q's dtype
+  TensorView lse;  // optional: written, fp32 (batch, nheads_q, shard_len), over the whole sequence
+  float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim)
+  bool causal = false;        // over the whole sequence; the shards are then zigzag (see above)
+  // The stream the transfers run on, so that they overlap the compute stream's kernels;
+  // nullptr runs them on the compute stream (correct, without overlap). Ordered after
+  // the compute stream's earlier work, and the compute stream waits for it at the end.
+  cudaStream_t comm_stream = nullptr;
+  // Device scratch memory, owned by the caller: at least ring_workspace_size() bytes,
+  // 256-byte aligned (two K/V receive buffers, fp32 running out and lse, one block's
+  // out and lse). Unused (may be null) with one rank.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+// The workspace ring_forward needs for `args` on a ring of `world_size` ranks, in
+// bytes. Validates args as ring_forward does, except the workspace and where pointers
+// live; reads no tensor data and enqueues nothing.
+Status ring_workspace_size(const RingArgs& args, int world_size, std::size_t* bytes);
+
+// Ring attention forward on the current CUDA device, enqueued on `stream` (and on
+// args.comm_stream), with the caller's communicator: every rank of `comm` must call it
+// with shards of one problem (same shapes, dtype, options), and the call returns once
+// its work is enqueued. One rank is fa3::forward. On a rejection nothing is enqueued and
+// no output is touched. Validation is local (no collective is spent on it): a rank whose
+// arguments are rejected does not join the ring, and its peers then wait for it.
+Status ring_forward(const RingArgs& args, ncclComm_t comm, cudaStream_t stream);
+
+}  // namespace fa3::distributed

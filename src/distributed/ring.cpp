@@ -1,0 +1,190 @@
+// Ring attention over NCCL (fa3/distributed.h). Per step, in the order the host
+// enqueues it:
+//   compute stream: wait for the shard in hand to have arrived (`received`);
+//   comm stream:    wait until the receive buffer's previous shard is no longer read
+//                   (`computed`), then one grouped ncclSend of the shard in hand to the
+//                   next rank and ncclRecv of the next shard from the previous one;
+//                   record `received`;
+//   compute stream: fa3::forward on the visible part of the block, merge it into the
+//                   running result; record `computed`.
+// The compute stream's wait is enqueued before the comm stream re-records `received`,
+// so each step waits for its own shard and the transfer of shard s + 1 overlaps the
+// compute of shard s.
+#include <string>
+
+#include "api/validate.h"
+#include "common/status_macros.h"
+#include "distributed/ring_merge.h"
+#include "distributed/ring_plan.h"
+#include "fa3/attention.h"
+#include "fa3/distributed.h"
+
+namespace fa3::distributed {
+namespace {
+
+using detail::Half;
+
+Status nccl_status(ncclResult_t result, const char* what) {
+  if (result == ncclSuccess) return Status::ok();
+  return {StatusCode::kCudaError, std::string(what) + ": " + ncclGetErrorString(result)};
+}
+
+Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
+}
+
+// Events of one call, destroyed when it returns (their recorded work may still be
+// pending: CUDA releases them once it is done).
+struct Events {
+  cudaEvent_t received = nullptr, computed = nullptr;
+  ~Events() {
+    if (received) cudaEventDestroy(received);
+    if (computed) cudaEventDestroy(computed);
+  }
+};
+
+struct Ring {
+  int rank, size, next, prev;
+};
+
+TensorView contiguous_like(void* data, DType dtype, const TensorView& t, std::int64_t last) {
+  return TensorView::contiguous(data, dtype, {t.shape[0], t.shape[1], t.shape[2], last});
+}
+
+// The K/V shard in hand at a step: the caller's at step 0, else a receive buffer.
+struct Shard {
+  TensorView k, v;
+};
+Shard shard_in(const RingArgs& args, const detail::WorkspaceLayout& layout, int buffer) {
+  if (buffer < 0) return {args.k, args.v};
+  char* base = static_cast<char*>(args.workspace) + layout.receive[buffer];
+  return {contiguous_like(base, args.k.dtype, args.k, args.k.shape[3]),
+          contiguous_like(base + layout.k_bytes, args.v.dtype, args.v, args.v.shape[3])};
+}
+
+Status exchange(const Shard& send, const Shard& receive, const detail::WorkspaceLayout& layout, const Ring& ring,
+                ncclComm_t comm, cudaStream_t stream) {
+  FA3_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart"));
+  ncclResult_t result = ncclSend(send.k.data, layout.k_bytes, ncclUint8, ring.next, comm, stream);
+  if (result == ncclSuccess) result = ncclSend(send.v.data, layout.v_bytes, ncclUint8, ring.next, comm, stream);
+  if (result == ncclSuccess) result = ncclRecv(receive.k.data, layout.k_bytes, ncclUint8, ring.prev, comm, stream);
+  if (result == ncclSuccess) result = ncclRecv(receive.v.data, layout.v_bytes, ncclUint8, ring.prev, comm, stream);
+  const ncclResult_t ended = ncclGroupEnd();
+  FA3_RETURN_IF_ERROR(nccl_status(result, "ncclSend/ncclRecv"));
+  return nccl_status(ended, "ncclGroupEnd");
+}
+
+// One block: fa3::forward on the visible part, its (out, lse) written into the block
+// buffers at the rows it covers, then merged into the running result.
+Status compute_block(const RingArgs& args, const Shard& shard, const detail::RingStep& step,
+                     const detail::WorkspaceLayout& layout, bool first, cudaStream_t stream) {
+  char* ws = static_cast<char*>(args.workspace);
+  const std::int64_t batch = args.q.shape[0], shard_len = args.q.shape[1], nheads = args.q.shape[2];
+  const std::int64_t head_dim_v = args.v.shape[3];
+  const TensorView block_out = contiguous_like(ws + layout.block_out, args.q.dtype, args.q, head_dim_v);
+  const TensorView block_lse =
+      TensorView::contiguous(ws + layout.block_lse, DType::kFloat32, {batch, nheads, shard_len});
+  ForwardArgs fwd;
+  fwd.q = detail::sequence_part(args.q, 1, step.block.q_half);
+  fwd.k = detail::sequence_part(shard.k, 1, step.block.kv_half);
+  fwd.v = detail::sequence_part(shard.v, 1, step.block.kv_half);
+  fwd.out = detail::sequence_part(block_out, 1, step.block.q_half);
+  fwd.lse = detail::sequence_part(block_lse, 2, step.block.q_half);
+  fwd.options.softmax_scale = args.softmax_scale;
+  fwd.options.causal = step.block.causal;
+  FA3_RETURN_IF_ERROR(forward(fwd, stream));
+
+  detail::RingMergeArgs merge{};
+  merge.acc_out = reinterpret_cast<float*>(ws + layout.acc_out);
+  merge.acc_lse = reinterpret_cast<float*>(ws + layout.acc_lse);
+  merge.block_out = block_out.data;
+  merge.block_lse = static_cast<const float*>(block_lse.data);
+  merge.dtype = args.q.dtype;
+  merge.batch = batch;
+  merge.shard_len = shard_len;
+  merge.nheads = nheads;
+  merge.head_dim_v = head_dim_v;
+  merge.row0 = step.block.q_half == Half::kSecond ? shard_len / 2 : 0;
+  merge.rows = step.block.q_half == Half::kWhole ? shard_len : shard_len / 2;
+  merge.first = first;
+  return cuda_status(detail::launch_ring_merge(merge, stream), "ring merge kernel launch");
+}
+
+Status run_ring(const RingArgs& args, const Ring& ring, ncclComm_t comm, cudaStream_t stream) {
+  const detail::WorkspaceLayout layout = detail::workspace_layout(args, ring.size);
+  const cudaStream_t comm_stream = args.comm_stream != nullptr ? args.comm_stream : stream;
+  Events events;
+  FA3_RETURN_IF_ERROR(
+      cuda_status(cudaEventCreateWithFlags(&events.received, cudaEventDisableTiming), "cudaEventCreate"));
+  FA3_RETURN_IF_ERROR(
+      cuda_status(cudaEventCreateWithFlags(&events.computed, cudaEventDisableTiming), "cudaEventCreate"));
+  // The caller's q, k and v are ready on the compute stream: the first send waits for them.
+  FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.computed, stream), "cudaEventRecord"));
+  const auto steps = detail::ring_schedule(ring.rank, ring.size, args.causal);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const detail::RingStep& step = steps[i];
+    const Shard hand = shard_in(args, layout, step.hand);
+    if (step.hand >= 0) {
+      FA3_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream, events.received, 0), "cudaStreamWaitEvent"));
+    }
+    if (step.receive >= 0) {
+      FA3_RETURN_IF_ERROR(
+          cuda_status(cudaStreamWaitEvent(comm_stream, events.computed, 0), "cudaStreamWaitEvent"));
+      FA3_RETURN_IF_ERROR(exchange(hand, shard_in(args, layout, step.receive), layout, ring, comm, comm_stream));
+      FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.received, comm_stream), "cudaEventRecord"));
+    }
+    FA3_RETURN_IF_ERROR(compute_block(args, hand, step, layout, i == 0, stream));
+    FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.computed, stream), "cudaEventRecord"));
+  }
+  // The last sends read buffers the caller may reuse after the call: the compute
+  // stream, and so the caller, waits for the transfers too.
+  FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.received, comm_stream), "cudaEventRecord"));
+  FA3_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream, events.received, 0), "cudaStreamWaitEvent"));
+  detail::RingFinalizeArgs finalize{};
+  finalize.acc_out = reinterpret_cast<const float*>(static_cast<char*>(args.workspace) + layout.acc_out);
+  finalize.acc_lse = reinterpret_cast<const float*>(static_cast<char*>(args.workspace) + layout.acc_lse);
+  finalize.out = args.out;
+  finalize.lse = args.lse;
+  return cuda_status(detail::launch_ring_finalize(finalize, stream), "ring finalize kernel launch");
+}
+
+Status ring_of(ncclComm_t comm, Ring* ring) {
+  if (comm == nullptr) return {StatusCode::kInvalidArgument, "comm: required, got a null communicator"};
+  FA3_RETURN_IF_ERROR(nccl_status(ncclCommUserRank(comm, &ring->rank), "ncclCommUserRank"));
+  FA3_RETURN_IF_ERROR(nccl_status(ncclCommCount(comm, &ring->size), "ncclCommCount"));
+  ring->next = (ring->rank + 1) % ring->size;
+  ring->prev = (ring->rank + ring->size - 1) % ring->size;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status ring_workspace_size(const RingArgs& args, int world_size, std::size_t* bytes) {
+  if (bytes == nullptr) return {StatusCode::kInvalidArgument, "bytes: required, got a null pointer"};
+  ValidationTarget target = gpu_target();
+  target.locate = nullptr;  // the size query runs before the buffers exist
+  FA3_RETURN_IF_ERROR(detail::validate_ring(args, 0, world_size, target, false));
+  *bytes = detail::workspace_layout(args, world_size).bytes;
+  return Status::ok();
+}
+
+Status ring_forward(const RingArgs& args, ncclComm_t comm, cudaStream_t stream) {
+  Ring ring{};
+  FA3_RETURN_IF_ERROR(ring_of(comm, &ring));
+  FA3_RETURN_IF_ERROR(detail::validate_ring(args, ring.rank, ring.size, gpu_target(), true));
+  if (ring.size == 1) {
+    ForwardArgs fwd;
+    fwd.q = args.q;
+    fwd.k = args.k;
+    fwd.v = args.v;
+    fwd.out = args.out;
+    fwd.lse = args.lse;
+    fwd.options.softmax_scale = args.softmax_scale;
+    fwd.options.causal = args.causal;
+    return forward(fwd, stream);
+  }
+  return run_ring(args, ring, comm, stream);
+}
+
+}  // namespace fa3::distributed

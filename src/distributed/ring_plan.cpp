@@ -1,0 +1,150 @@
+#include "distributed/ring_plan.h"
+
+#include "api/validate_messages.h"
+#include "common/status_macros.h"
+#include "fa3/attention.h"
+
+namespace fa3::distributed::detail {
+namespace {
+
+using ::fa3::detail::cat;
+using ::fa3::detail::invalid;
+using ::fa3::detail::shape_string;
+
+constexpr std::size_t kAlign = 256;
+
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::size_t bytes_of(const TensorView& t) { return static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype); }
+
+bool is_contiguous(const TensorView& t) {
+  std::int64_t expected = 1;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.stride[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+Status check_rank4(const char* name, const TensorView& t) {
+  if (t.data == nullptr) return invalid(cat(name, ": required, got a null pointer"));
+  if (t.rank != 4) {
+    return invalid(cat(name, ": expected a 4-d shard (batch, shard_len, nheads, head_dim), got rank ", t.rank));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+ZigzagChunks zigzag_chunks(int rank, int world_size) { return {rank, 2 * world_size - 1 - rank}; }
+
+int ring_source(int rank, int step, int world_size) { return ((rank - step) % world_size + world_size) % world_size; }
+
+BlockView visible_block(int rank, int source, bool causal) {
+  if (!causal) return {};
+  if (source == rank) return {Half::kWhole, Half::kWhole, true};
+  if (source < rank) return {Half::kWhole, Half::kFirst, false};
+  return {Half::kSecond, Half::kWhole, false};
+}
+
+std::vector<RingStep> ring_schedule(int rank, int world_size, bool causal) {
+  std::vector<RingStep> steps;
+  for (int step = 0; step < world_size; ++step) {
+    const int source = ring_source(rank, step, world_size);
+    // Step s computes on what arrived at step s - 1 while the next shard arrives in the
+    // other buffer: two buffers alternate, the caller's k and v are the first in hand.
+    const int hand = step == 0 ? -1 : (step - 1) % 2;
+    const int receive = step + 1 < world_size ? step % 2 : -1;
+    steps.push_back({source, visible_block(rank, source, causal), hand, receive});
+  }
+  return steps;
+}
+
+WorkspaceLayout workspace_layout(const RingArgs& args, int world_size) {
+  WorkspaceLayout l;
+  l.k_bytes = bytes_of(args.k);
+  l.v_bytes = bytes_of(args.v);
+  if (world_size <= 1) return l;
+  const auto batch = static_cast<std::size_t>(args.q.shape[0]);
+  const auto shard = static_cast<std::size_t>(args.q.shape[1]);
+  const auto nheads = static_cast<std::size_t>(args.q.shape[2]);
+  const auto head_dim_v = static_cast<std::size_t>(args.v.shape[3]);
+  const std::size_t out_elems = batch * shard * nheads * head_dim_v;
+  const std::size_t lse_elems = batch * nheads * shard;
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t offset = at;
+    at += align_up(bytes);
+    return offset;
+  };
+  l.receive[0] = take(l.k_bytes + l.v_bytes);
+  l.receive[1] = take(l.k_bytes + l.v_bytes);
+  l.acc_out = take(out_elems * sizeof(float));
+  l.acc_lse = take(lse_elems * sizeof(float));
+  l.block_out = take(out_elems * dtype_size(args.q.dtype));
+  l.block_lse = take(lse_elems * sizeof(float));
+  l.bytes = at;
+  return l;
+}
+
+Status validate_ring(const RingArgs& args, int rank, int world_size, const ValidationTarget& target,
+                     bool check_workspace) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return invalid(cat("comm: rank ", rank, " of ", world_size, " ranks; need 0 <= rank < world size"));
+  }
+  FA3_RETURN_IF_ERROR(check_rank4("q", args.q));
+  FA3_RETURN_IF_ERROR(check_rank4("k", args.k));
+  FA3_RETURN_IF_ERROR(check_rank4("v", args.v));
+  FA3_RETURN_IF_ERROR(check_rank4("out", args.out));
+  for (const auto& [name, t] : {std::pair{"k", &args.k}, std::pair{"v", &args.v}}) {
+    if (t->shape[1] != args.q.shape[1]) {
+      return invalid(cat(name, ": every rank holds the same positions of q, k and v; the shard has ",
+                                 args.q.shape[1], " queries and ", t->shape[1], " keys"));
+    }
+  }
+  if (args.causal && args.q.shape[1] % 2 != 0) {
+    return invalid(cat("q: causal ring attention takes zigzag shards of two equal chunks; a shard of ",
+                               args.q.shape[1], " positions does not split in two"));
+  }
+  if (world_size > 1) {
+    for (const auto& [name, t] : {std::pair{"k", &args.k}, std::pair{"v", &args.v}}) {
+      if (!is_contiguous(*t)) {
+        return invalid(cat(name, ": must be contiguous, as its shard travels whole between ranks; got shape ",
+                                   shape_string(*t), " with other strides"));
+      }
+    }
+  }
+  // The whole shard against the whole K/V shard: what every block is a part of.
+  ForwardArgs whole;
+  whole.q = args.q;
+  whole.k = args.k;
+  whole.v = args.v;
+  whole.out = args.out;
+  whole.lse = args.lse;
+  whole.options.softmax_scale = args.softmax_scale;
+  Problem problem;
+  FA3_RETURN_IF_ERROR(validate_forward(whole, target, &problem));
+  if (check_workspace && world_size > 1) {
+    const std::size_t need = workspace_layout(args, world_size).bytes;
+    if (args.workspace == nullptr || args.workspace_bytes < need) {
+      return invalid(cat("workspace: the ring of ", world_size, " ranks needs ", std::to_string(need),
+                                 " bytes (ring_workspace_size), got ", std::to_string(args.workspace_bytes),
+                                 args.workspace == nullptr ? " and a null pointer" : ""));
+    }
+    if (reinterpret_cast<std::uintptr_t>(args.workspace) % kAlign != 0) {
+      return invalid("workspace: must be 256-byte aligned");
+    }
+  }
+  return Status::ok();
+}
+
+TensorView sequence_part(const TensorView& t, int dim, Half half) {
+  if (half == Half::kWhole) return t;
+  TensorView part = t;
+  part.shape[dim] = t.shape[dim] / 2;
+  const std::int64_t offset = (half == Half::kSecond ? part.shape[dim] : 0) * t.stride[dim];
+  part.data = static_cast<char*>(t.data) + offset * static_cast<std::int64_t>(dtype_size(t.dtype));
+  return part;
+}
+
+}  // namespace fa3::distributed::detail
