@@ -42,9 +42,12 @@
 // with batch and seqlen flattened to rows — merge into
 //   lse = log(sum_s exp(lse_s)),   out = sum_s exp(lse_s - lse) * out_s,
 // out (rows, nheads, head_dim) in fp32, fp16 or bf16 and the optional lse (rows, nheads)
-// fp32. A row whose partial lse are all -inf gets out 0 and lse -inf.
+// fp32. A row whose partial lse are all -inf gets out 0 and lse -inf. Any number of
+// splits; lse_partial and lse take any strides, the others a contiguous last dimension.
 //
-// fa3::cpu runs both; the GPU entry points refuse them for now (kNotSupported).
+// fa3::cpu runs both. On the GPU, combine runs on the kernel of merge_attention_states
+// (fa3/merge.h), on a Hopper GPU with every tensor in the current device's memory;
+// forward_with_kvcache is refused for now (kNotSupported).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -85,6 +88,8 @@ struct CombineArgs {
 
 // On the current CUDA device: refused for now (kNotSupported), after every other rule.
 Status forward_with_kvcache(const KvCacheArgs& args, cudaStream_t stream);
+// On the current CUDA device, enqueued on `stream`; nothing is written when the call is
+// rejected.
 Status combine(const CombineArgs& args, cudaStream_t stream);
 
 }  // namespace fa3

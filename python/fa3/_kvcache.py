@@ -47,8 +47,7 @@ def run_kvcache(q, k_cache, v_cache, cache_seqlens, optional, options, return_so
 def combine(out_partial, lse_partial, out, out_dtype):
     """flash_attn_combine on (num_splits, batch, seqlen, nheads, headdim) partials, or on
     (num_splits, total, nheads, headdim) ones; the extension takes batch and seqlen as
-    one row dimension."""
-    refuse_cuda("out_partial", out_partial, "combining split results")
+    one row dimension. CUDA tensors run fa3's merge kernel on the current stream."""
     if out_partial.dim() not in (4, 5) or lse_partial.dim() != out_partial.dim() - 1:
         raise ValueError(
             "out_partial / lse_partial: expected (num_splits, batch, seqlen, nheads, headdim) and "
@@ -66,6 +65,7 @@ def combine(out_partial, lse_partial, out, out_dtype):
         lse_partial.reshape(splits, rows, nheads),
         flat_out,
         flat_lse,
+        stream=_placement(out_partial).get("stream", 0),
     )
     result = flat_out.view(*lead, nheads, headdim)
     if out is not None:

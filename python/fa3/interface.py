@@ -8,8 +8,8 @@ yet raises NotImplementedError naming it, and none is ignored. fa3 adds one keyw
 of its own after them, ``sinks`` (attention sinks, as in gpt-oss).
 
 Tensors are (batch, seqlen, nheads, headdim), or packed (total, nheads, headdim)
-for flash_attn_varlen_func; flash_attn_varlen_func, flash_attn_with_kvcache and
-flash_attn_combine run on CPU tensors only for now. CUDA tensors run fa3's Hopper
+for flash_attn_varlen_func; flash_attn_varlen_func and flash_attn_with_kvcache run
+on CPU tensors only for now. CUDA tensors run fa3's Hopper
 kernels on the current stream of their device; CPU tensors run fa3's CPU path
 (slow, exact enough to test against). Errors: TypeError / ValueError for bad
 arguments, NotImplementedError for what fa3 does not support, RuntimeError for
@@ -381,8 +381,8 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
 
     out: None, or a tensor (batch, seqlen, nheads, headdim) to write the result into;
     out_dtype: the result's dtype (float32, float16 or bfloat16; default out's, else
-    float32). Returns (out, lse), lse (batch, seqlen, nheads) in float32. CPU tensors only
-    for now (CUDA tensors raise NotImplementedError).
+    float32). Returns (out, lse), lse (batch, seqlen, nheads) in float32. CPU tensors run
+    fa3's C++ combine, CUDA tensors fa3's merge kernel on the current stream.
     """
     _kvcache.require_tensor("out_partial", out_partial)
     _kvcache.require_tensor("lse_partial", lse_partial)

@@ -172,9 +172,10 @@ std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const
   return bytes;
 }
 
-// Host tensors only: CUDA callers merge with torch operations for now (python/fa3/_merge.py).
+// Host tensors run fa3::cpu's merge, CUDA tensors (all on one device) the merge kernel on
+// `stream`, with that device made current for the call.
 void merge_attention_states(const std::vector<InArray>& outs, const std::vector<InArray>& lses, const OutArray& out,
-                            const OutArray& lse) {
+                            const OutArray& lse, std::uintptr_t stream) {
   Placement where;
   MergeArgs args;
   for (std::size_t i = 0; i < outs.size(); ++i) {
@@ -185,14 +186,15 @@ void merge_attention_states(const std::vector<InArray>& outs, const std::vector<
   }
   args.out = to_view("out", out, where);
   args.lse = to_view("lse", lse, where);
-  if (!where.on_host()) {
-    raise_if_error({StatusCode::kNotSupported, "out: merge_attention_states runs on host tensors only, got " +
-                                                   where.describe()});
-  }
   Status status;
   {
     nb::gil_scoped_release no_gil;
-    status = cpu::merge_attention_states(args);
+    if (where.on_host()) {
+      status = cpu::merge_attention_states(args);
+    } else {
+      status = on_device(where.device_id(),
+                         [&] { return fa3::merge_attention_states(args, reinterpret_cast<cudaStream_t>(stream)); });
+    }
   }
   raise_if_error(status);
 }
@@ -280,10 +282,12 @@ NB_MODULE(_C, m) {
         "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "Bytes of workspace that backward() needs for these arguments: for CUDA tensors after validating them\n"
         "as backward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
-  m.def("merge_attention_states", &merge_attention_states, "outs"_a, "lses"_a, "out"_a, "lse"_a,
-        "Exact merge of partial attention results (host tensors): writes out = sum_i exp(lses[i] - lse) * outs[i]\n"
-        "and lse = log(sum_i exp(lses[i])), in fp32. outs[i] and out (batch, seqlen, nheads, head_dim) of one dtype;\n"
-        "lses[i] and lse (batch, nheads, seqlen) fp32. A row with lse -inf in every part gives 0 and -inf.");
+  m.def("merge_attention_states", &merge_attention_states, "outs"_a, "lses"_a, "out"_a, "lse"_a, nb::kw_only(),
+        "stream"_a = 0,
+        "Exact merge of partial attention results: writes out = sum_i exp(lses[i] - lse) * outs[i] and\n"
+        "lse = log(sum_i exp(lses[i])), in fp32. outs[i] and out (batch, seqlen, nheads, head_dim) of one dtype;\n"
+        "lses[i] and lse (batch, nheads, seqlen) fp32. A row with lse -inf in every part gives 0 and -inf.\n"
+        "Host tensors, or CUDA tensors of one device (at most 128 parts; enqueued on `stream`).");
   m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");
   m.def("device_info", &device_info_dict, "index"_a = -1,
         "Properties of CUDA device `index` (-1: the current device); never raises without a GPU.");

@@ -121,7 +121,7 @@ void register_kvcache_bindings(nb::module_& m) {
   m.def("combine", &combine, "out_partial"_a, "lse_partial"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "stream"_a = 0,
         "Merges split partial results exactly: out_partial (num_splits, rows, nheads, head_dim) fp32 and\n"
         "lse_partial (num_splits, rows, nheads) fp32 into out (rows, nheads, head_dim) and lse (rows, nheads)\n"
-        "unless None. Host tensors only for now.");
+        "unless None. Host tensors, or CUDA tensors of one device (enqueued on `stream`).");
 }
 
 }  // namespace fa3::python

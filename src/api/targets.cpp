@@ -6,6 +6,7 @@
 #include "fa3/device.h"
 #include "hopper/bwd_dispatch.h"
 #include "hopper/fwd_dispatch.h"
+#include "hopper/merge.h"
 
 namespace fa3 {
 namespace {
@@ -66,6 +67,14 @@ ValidationTarget gpu_backward_target() {
   t.backward_workspace = [](const Problem& p, bool deterministic) {
     return hopper::bwd_workspace(p, deterministic).bytes;
   };
+  return t;
+}
+
+ValidationTarget gpu_merge_target() {
+  ValidationTarget t;
+  t.space = ValidationTarget::Space::kDevice;
+  t.locate = locate_pointer;
+  t.max_merge_parts = hopper::kMaxMergeParts;
   return t;
 }
 

@@ -40,6 +40,8 @@ struct ValidationTarget {
   // Device backward only: the workspace bytes a call needs (BackwardArgs::workspace).
   // Left empty, the workspace is not checked (the size query, the CPU path).
   std::function<std::size_t(const Problem& problem, bool deterministic)> backward_workspace;
+  // merge_attention_states only: the most parts one call takes; 0: any number.
+  std::size_t max_merge_parts = 0;
 };
 
 // The target of fa3::forward: the compiled kernels, on the current device.
@@ -48,6 +50,9 @@ ValidationTarget gpu_target();
 ValidationTarget gpu_backward_target();
 // The target of fa3::cpu::forward/backward.
 ValidationTarget cpu_target();
+// The target of the GPU merge and combine (fa3/merge.h, fa3/kvcache.h): device memory of
+// the current device, and the merge kernel's limit on parts.
+ValidationTarget gpu_merge_target();
 
 Status validate_forward(const ForwardArgs& args, const ValidationTarget& target, Problem* problem);
 Status validate_backward(const BackwardArgs& args, const ValidationTarget& target, Problem* problem);

@@ -274,7 +274,10 @@ Status validate_combine(const CombineArgs& a, const ValidationTarget& target, Co
     return invalid(
         cat("lse: shape ", shape_string(a.lse), " must be (rows, nheads) = (", op.shape[1], ", ", op.shape[2], ")"));
   }
-  if (!on_host(target)) return unsupported("out_partial: combining split results is not implemented on the GPU yet");
+  FA3_RETURN_IF_ERROR(check_located("out_partial", a.out_partial, target));
+  FA3_RETURN_IF_ERROR(check_located("lse_partial", a.lse_partial, target));
+  FA3_RETURN_IF_ERROR(check_located("out", a.out, target));
+  FA3_RETURN_IF_ERROR(check_located("lse", a.lse, target));
   *problem = {op.shape[0], op.shape[1], op.shape[2], op.shape[3]};
   return Status::ok();
 }

@@ -12,6 +12,7 @@ namespace {
 using detail::cat;
 using detail::invalid;
 using detail::shape_string;
+using detail::unsupported;
 
 std::string part_name(const char* list, std::size_t i) { return cat(list, "[", static_cast<std::int64_t>(i), "]"); }
 
@@ -53,9 +54,23 @@ Status check_lse(const std::string& name, const TensorView& t, const TensorView&
   return Status::ok();
 }
 
+// On a device target, where a tensor lives: memory of the current device.
+Status check_located(const std::string& name, const TensorView& t, const ValidationTarget& target) {
+  if (target.space == ValidationTarget::Space::kHost || !target.locate) return Status::ok();
+  const std::string where = target.locate(t.data);
+  if (where.empty()) return Status::ok();
+  return invalid(cat(name, ": pointer is ", where, ", not memory of the current CUDA device"));
+}
+
 }  // namespace
 
 Status validate_merge(const MergeArgs& args) {
+  ValidationTarget host;
+  host.space = ValidationTarget::Space::kHost;
+  return validate_merge(args, host);
+}
+
+Status validate_merge(const MergeArgs& args, const ValidationTarget& target) {
   if (args.outs.empty()) return invalid("outs: at least one part is needed, got none");
   if (args.lses.size() != args.outs.size()) {
     return invalid(cat("lses: one per part is needed: got ", static_cast<std::int64_t>(args.lses.size()), " for ",
@@ -68,7 +83,19 @@ Status validate_merge(const MergeArgs& args) {
     FA3_RETURN_IF_ERROR(check_lse(part_name("lses", i), args.lses[i], first));
   }
   FA3_RETURN_IF_ERROR(check_out("out", args.out, first));
-  return check_lse("lse", args.lse, first);
+  FA3_RETURN_IF_ERROR(check_lse("lse", args.lse, first));
+  for (std::size_t i = 0; i < args.outs.size(); ++i) {
+    FA3_RETURN_IF_ERROR(check_located(part_name("outs", i), args.outs[i], target));
+    FA3_RETURN_IF_ERROR(check_located(part_name("lses", i), args.lses[i], target));
+  }
+  FA3_RETURN_IF_ERROR(check_located("out", args.out, target));
+  FA3_RETURN_IF_ERROR(check_located("lse", args.lse, target));
+  if (target.max_merge_parts != 0 && args.outs.size() > target.max_merge_parts) {
+    return unsupported(cat("outs: the GPU merge takes at most ", static_cast<std::int64_t>(target.max_merge_parts),
+                           " parts, got ", static_cast<std::int64_t>(args.outs.size()),
+                           "; merge them in groups (each group's out and lse are a part of the next merge)"));
+  }
+  return Status::ok();
 }
 
 }  // namespace fa3

@@ -10,12 +10,20 @@ BUILT_DTYPES = [_DTYPE_NAMES[name] for name in _BUILD["dtypes"]]
 BUILT_HEAD_DIMS = _BUILD["head_dims"]
 
 
-def gpu_skip_reason():
-    """None when CUDA tensors can run fa3's kernels here, else why not."""
+def hopper_skip_reason():
+    """None when CUDA tensors can run the kernels every build holds (the merge of
+    attention states, the split-KV combine), else why not."""
     if not torch.cuda.is_available():
         return "no CUDA device"
     if torch.cuda.get_device_capability() != (9, 0):
         return f"{torch.cuda.get_device_name()} is not a Hopper GPU (compute capability 9.0)"
+    return None
+
+
+def gpu_skip_reason():
+    """None when CUDA tensors can run fa3's attention kernels here, else why not."""
+    if hopper_skip_reason() is not None:
+        return hopper_skip_reason()
     if not _BUILD["gpu_kernels"]:
         return "fa3 was built without GPU kernels"
     return None

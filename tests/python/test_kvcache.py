@@ -2,10 +2,12 @@
 FlashAttention-3's signatures; results against a torch reference that appends and rotates
 outside fa3 (the caller's cache changed in place, as in FlashAttention-3); paged caches
 equal to contiguous ones; the combine against a direct logsumexp merge; argument errors
-that name the argument and leave the cache untouched; CUDA tensors refused.
+that name the argument and leave the cache untouched; CUDA tensors refused by the KV-cache
+call. On a Hopper GPU the combine of CUDA tensors (fa3's merge kernel) against the CPU's.
 """
 
 import inspect
+import math
 
 import pytest
 
@@ -13,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
 from attention_reference import reference  # noqa: E402
+from gpu_support import hopper_skip_reason  # noqa: E402
 
 # FlashAttention-3's hopper/flash_attn_interface.py: names, order, defaults; fa3's own
 # keyword `sinks` follows them.
@@ -288,5 +291,51 @@ def test_cuda_tensors_are_refused():
     q, k_cache, v_cache, _, _, seqlens = (t.cuda() if t is not None else None for t in make_inputs(9))
     with pytest.raises(NotImplementedError, match="k_cache: KV-cache attention is not implemented on the GPU yet"):
         fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
-    with pytest.raises(NotImplementedError, match="out_partial: combining split results is not implemented"):
-        fa3.flash_attn_combine(torch.zeros(2, 1, 1, 1, 8, device="cuda"), torch.zeros(2, 1, 1, 1, device="cuda"))
+
+
+def partials_with_dead_rows(splits, lead, nheads, headdim, seed):
+    """out_partial / lse_partial (FlashAttention-3's transposed lse view) where every
+    seventh row no split saw and, in the others, split s saw none of every fifth row's
+    keys; NaN in the partial outputs there."""
+    g = torch.Generator().manual_seed(seed)
+    out_partial = torch.randn(splits, *lead, nheads, headdim, generator=g)
+    lse_partial = (torch.randn(splits, *lead[:-1], nheads, lead[-1], generator=g) * 3).transpose(-1, -2)
+    rows = torch.arange(math.prod(lead) * nheads).view(*lead, nheads)
+    for s in range(splits):
+        dead = (rows % 7 == 3) | (((rows + s) % 5 == 0) if splits > 1 else False)
+        lse_partial[s][dead] = float("-inf")
+        out_partial[s][dead] = float("nan")
+    return out_partial, lse_partial
+
+
+@pytest.mark.skipif(hopper_skip_reason() is not None, reason=str(hopper_skip_reason()))
+@pytest.mark.parametrize("out_dtype", [None, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("splits", [1, 2, 3, 7, 16, 33])
+@pytest.mark.parametrize("lead", [(2, 37), (45,)], ids=["batch_seqlen", "packed"])
+def test_cuda_combine_matches_the_cpu_combine(out_dtype, splits, lead):
+    out_partial, lse_partial = partials_with_dead_rows(splits, lead, 4, 128, seed=splits)
+    want_out, want_lse = fa3.flash_attn_combine(out_partial, lse_partial, out_dtype=out_dtype)
+    out, lse = fa3.flash_attn_combine(out_partial.cuda(), lse_partial.cuda(), out_dtype=out_dtype)
+    assert out.is_cuda and out.dtype == want_out.dtype and out.shape == want_out.shape and lse.shape == want_lse.shape
+    assert not out.isnan().any() and not lse.isnan().any()
+    rel = {torch.float32: 1e-5, torch.bfloat16: 2**-8, torch.float16: 2**-11}[out.dtype]
+    torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-5, rtol=rel)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-5, rtol=1e-5)
+    dead = torch.isneginf(want_lse)
+    assert torch.equal(lse.cpu()[dead], want_lse[dead]) and torch.all(out.cpu()[dead] == 0)
+
+
+@pytest.mark.skipif(hopper_skip_reason() is not None, reason=str(hopper_skip_reason()))
+def test_cuda_combine_writes_into_out_on_the_current_stream():
+    out_partial, lse_partial = partials_with_dead_rows(3, (2, 9), 4, 64, seed=4)
+    want_out, want_lse = fa3.flash_attn_combine(out_partial, lse_partial, out_dtype=torch.bfloat16)
+    target = torch.full((2, 9, 4, 64), float("nan"), dtype=torch.bfloat16, device="cuda")
+    side = torch.cuda.Stream()
+    out_partial, lse_partial = out_partial.cuda(), lse_partial.cuda()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out, lse = fa3.flash_attn_combine(out_partial, lse_partial, out=target)
+    side.synchronize()
+    assert out is target
+    torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-5, rtol=2**-8)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-5, rtol=1e-5)

@@ -1,7 +1,7 @@
 """fa3.merge_attention_states: partial results over parts of the keys merge to the
 attention over all of them; rows that saw no key; dtypes; the rules on its arguments.
-The CPU path runs fa3's C++ merge; the torch implementation CUDA tensors use is checked
-here on CPU tensors against it.
+CPU tensors run fa3's C++ merge, checked here also against a merge in torch operations;
+CUDA tensors (on a Hopper GPU) run fa3's merge kernel, checked against the C++ merge.
 """
 
 import math
@@ -12,6 +12,24 @@ torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
 from fa3 import _merge  # noqa: E402
+from gpu_support import hopper_skip_reason  # noqa: E402
+
+needs_hopper = pytest.mark.skipif(hopper_skip_reason() is not None, reason=str(hopper_skip_reason()))
+
+
+def torch_merge(outs, lses):
+    """The merge in torch operations, fp32 throughout: a reference independent of fa3's."""
+    lse_parts = torch.stack([t.detach().float() for t in lses])
+    lse = torch.logsumexp(lse_parts, dim=0)
+    # A row that saw no key anywhere has lse -inf; measured from 0 instead, each part's
+    # weight is exp(-inf) = 0 rather than exp(-inf - -inf) = NaN.
+    finite_lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    weights = torch.exp(lse_parts - finite_lse).permute(0, 1, 3, 2).unsqueeze(-1)
+    out = torch.zeros(outs[0].shape, dtype=torch.float32, device=outs[0].device)
+    for weight, part in zip(weights, outs):
+        # A part that saw none of a row's keys (weight 0) adds nothing, whatever it holds.
+        out += torch.where(weight > 0, weight * part.detach().float(), 0.0)
+    return out.to(outs[0].dtype), lse
 
 
 def make_qkv(seqlen_q=9, seqlen_k=20, dtype=torch.float32, seed=0):
@@ -38,7 +56,7 @@ def test_two_halves_merge_to_the_whole(dtype):
     torch.testing.assert_close(lse, full_lse, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("merge", [_merge.merge_attention_states_list, lambda o, l: _merge._merge_with_torch(o, l)])
+@pytest.mark.parametrize("merge", [_merge.merge_attention_states_list, torch_merge])
 def test_list_of_parts(merge):
     q, k, v = make_qkv()
     parts = [partial(q, k, v, b, e) for b, e in ((0, 1), (1, 8), (8, 20))]
@@ -48,7 +66,7 @@ def test_list_of_parts(merge):
     torch.testing.assert_close(lse, full_lse, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("merge", [_merge.merge_attention_states_list, _merge._merge_with_torch])
+@pytest.mark.parametrize("merge", [_merge.merge_attention_states_list, torch_merge])
 def test_rows_that_saw_no_key_give_zero_and_minus_infinity(merge):
     out_a = torch.zeros(1, 3, 2, 4)
     out_b = torch.randn(1, 3, 2, 4)
@@ -65,12 +83,12 @@ def test_rows_that_saw_no_key_give_zero_and_minus_infinity(merge):
     assert torch.equal(lse, expected_lse)
 
 
-def test_torch_merge_equals_the_cpp_merge():
+def test_the_torch_merge_equals_the_cpp_merge():
     gen = torch.Generator().manual_seed(3)
     outs = [torch.randn(2, 5, 3, 8, generator=gen).to(torch.bfloat16) for _ in range(3)]
     lses = [torch.randn(2, 3, 5, generator=gen) * 4 for _ in range(3)]
     cpp = fa3.merge_attention_states_list(outs, lses)
-    ref = _merge._merge_with_torch(outs, lses)
+    ref = torch_merge(outs, lses)
     torch.testing.assert_close(cpp[1], ref[1], atol=1e-6, rtol=0)
     torch.testing.assert_close(cpp[0].float(), ref[0].float(), atol=1e-2, rtol=0)
 
@@ -79,7 +97,7 @@ def test_strided_parts():
     outs = [torch.randn(2, 4, 5, 3).transpose(1, 2) for _ in range(2)]
     lses = [torch.randn(2, 4, 5) for _ in range(2)]
     cpp = fa3.merge_attention_states_list(outs, lses)
-    ref = _merge._merge_with_torch(outs, lses)
+    ref = torch_merge(outs, lses)
     torch.testing.assert_close(cpp, ref, atol=1e-6, rtol=0)
 
 
@@ -107,4 +125,112 @@ def test_bad_arguments_name_the_argument(breaks, error, message):
     outs = [torch.randn(2, 3, 4, 8) for _ in range(2)]
     lses = [torch.randn(2, 4, 3) for _ in range(2)]
     with pytest.raises(error, match=message):
+        fa3.merge_attention_states_list(*breaks(outs, lses))
+
+
+# ---- CUDA tensors: fa3's merge kernel ----
+
+
+def random_parts(parts, shape, dtype, device, seed, make_out=None):
+    """parts partial results with rows no part saw (every seventh) and, in the others,
+    parts that saw none of a row's keys (lse -inf, NaN in their output)."""
+    gen = torch.Generator().manual_seed(seed)
+    batch, seqlen, nheads, _ = shape
+    outs, lses = [], []
+    rows = torch.arange(batch * nheads * seqlen).view(batch, nheads, seqlen)
+    for i in range(parts):
+        out = torch.randn(*shape, generator=gen).to(dtype)
+        lse = torch.randn(batch, nheads, seqlen, generator=gen) * 3
+        dead = (rows % 7 == 3) | ((rows + i) % 5 == 0) if parts > 1 else rows % 7 == 3
+        lse[dead] = -math.inf
+        out.permute(0, 2, 1, 3)[dead] = math.nan
+        outs.append((make_out or (lambda t: t))(out.to(device)))
+        lses.append(lse.to(device))
+    return outs, lses
+
+
+def assert_matches_the_cpp_merge(outs, lses, out, lse):
+    want_out, want_lse = fa3.merge_attention_states_list([t.cpu() for t in outs], [t.cpu() for t in lses])
+    assert out.device == outs[0].device and out.dtype == outs[0].dtype and lse.dtype == torch.float32
+    assert not out.isnan().any() and not lse.isnan().any()
+    # fp32 sums in another order, and one more rounding of a 16-bit result at most.
+    rel = {torch.float32: 1e-5, torch.bfloat16: 2**-8, torch.float16: 2**-11}[out.dtype]
+    torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-5, rtol=rel)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-5, rtol=1e-5)
+    dead = torch.isneginf(want_lse)
+    assert torch.equal(lse.cpu()[dead], want_lse[dead])
+    assert torch.all(out.cpu().permute(0, 2, 1, 3)[dead] == 0)
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("parts", [1, 2, 3, 17])
+@pytest.mark.parametrize("headdim", [8, 20, 64, 128, 256])
+def test_cuda_merge_matches_the_cpp_merge(dtype, parts, headdim):
+    outs, lses = random_parts(parts, (2, 37, 3, headdim), dtype, "cuda", seed=parts * 1000 + headdim)
+    out, lse = fa3.merge_attention_states_list(outs, lses)
+    assert_matches_the_cpp_merge(outs, lses, out, lse)
+
+
+STRIDED = {
+    # (batch, nheads, seqlen, headdim) storage seen as (batch, seqlen, nheads, headdim)
+    "transposed": lambda t: t.transpose(1, 2).contiguous().transpose(1, 2),
+    # rows 3 values apart more than they are long: off 16-byte alignment
+    "padded": lambda t: torch.nn.functional.pad(t, (0, 3))[..., : t.shape[-1]],
+    # the view starts one value into its storage
+    "offset": lambda t: torch.cat([t.flatten().new_zeros(1), t.flatten()])[1:].view(t.shape),
+    # every other value
+    "every_other": lambda t: t.repeat_interleave(2, dim=-1)[..., ::2],
+}
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", sorted(STRIDED))
+def test_cuda_merge_takes_strided_views(dtype, layout):
+    outs, lses = random_parts(3, (2, 9, 4, 64), dtype, "cuda", seed=5, make_out=STRIDED[layout])
+    assert not outs[0].is_contiguous() or layout == "offset"
+    lses = [lse.transpose(1, 2).contiguous().transpose(1, 2) for lse in lses]
+    out, lse = fa3.merge_attention_states_list(outs, lses)
+    assert_matches_the_cpp_merge(outs, lses, out, lse)
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_two_halves_merge_to_the_whole(dtype):
+    q, k, v = make_qkv(dtype=dtype)
+    full_out, full_lse = fa3.flash_attn_func(q, k, v, return_attn_probs=True)
+    parts = [tuple(t.cuda() for t in partial(q, k, v, b, e)) for b, e in ((0, 7), (7, 20))]
+    out, lse = fa3.merge_attention_states(*parts[0], *parts[1])
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}[dtype]
+    torch.testing.assert_close(out.cpu().float(), full_out.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(lse.cpu(), full_lse, atol=1e-5, rtol=0)
+
+
+@needs_hopper
+def test_cuda_merge_runs_on_the_current_stream():
+    outs, lses = random_parts(2, (4, 256, 8, 128), torch.bfloat16, "cuda", seed=11)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out, lse = fa3.merge_attention_states_list(outs, lses)
+    side.synchronize()
+    assert_matches_the_cpp_merge(outs, lses, out, lse)
+
+
+@needs_hopper
+def test_cuda_merge_takes_at_most_128_parts():
+    outs, lses = random_parts(1, (1, 2, 1, 8), torch.float32, "cuda", seed=1)
+    out, lse = fa3.merge_attention_states_list(outs * 128, lses * 128)
+    assert_matches_the_cpp_merge(outs * 128, lses * 128, out, lse)
+    with pytest.raises(NotImplementedError, match="outs: the GPU merge takes at most 128 parts, got 129"):
+        fa3.merge_attention_states_list(outs * 129, lses * 129)
+
+
+@needs_hopper
+@pytest.mark.parametrize("breaks, message", [(breaks, message) for breaks, _, message in BAD[3:7]])
+def test_cuda_bad_arguments_name_the_argument(breaks, message):
+    outs = [torch.randn(2, 3, 4, 8, device="cuda") for _ in range(2)]
+    lses = [torch.randn(2, 4, 3, device="cuda") for _ in range(2)]
+    with pytest.raises(ValueError, match=message):
         fa3.merge_attention_states_list(*breaks(outs, lses))

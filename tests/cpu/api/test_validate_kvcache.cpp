@@ -1,7 +1,8 @@
 // The rules of KV-cache and combine calls, broken one at a time from valid calls through
 // fa3::cpu: each gives its status and whole message, and a rejected call writes nothing —
 // out and lse keep their NaN and the caches their contents (no append). The GPU entry
-// points' refusal comes after every rule.
+// point of KV-cache calls refuses them after every rule; a combine on a device target
+// checks where each tensor lives.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../reference/kvcache_case.h"
@@ -262,14 +264,34 @@ INSTANTIATE_TEST_SUITE_P(
                     "lse: dtype fp16 does not match the required fp32"}),
     [](const ::testing::TestParamInfo<CombineRule>& info) { return info.param.name; });
 
-TEST(CombineRuleTest, DeviceTargetRefuses) {
+// On a device target every tensor must be memory of the current device: each one that
+// is not is named, and a call whose tensors all are passes.
+TEST(CombineRuleTest, DeviceTargetChecksWhereEachTensorLives) {
   CombineCall call;
-  ValidationTarget device = cpu_target();
+  const CombineArgs base = call.args();
+  const std::pair<const char*, const void*> tensors[] = {{"out_partial", base.out_partial.data},
+                                                         {"lse_partial", base.lse_partial.data},
+                                                         {"out", base.out.data},
+                                                         {"lse", base.lse.data}};
+  for (const auto& [name, host] : tensors) {
+    ValidationTarget device;
+    device.space = ValidationTarget::Space::kDevice;
+    device.locate = [host = host](const void* p) { return p == host ? std::string("host memory") : std::string(); };
+    CombineProblem problem;
+    const Status st = validate_combine(base, device, &problem);
+    EXPECT_EQ(st.code(), kInvalid) << name;
+    EXPECT_EQ(st.message(), std::string(name) + ": pointer is host memory, not memory of the current CUDA device");
+  }
+  ValidationTarget device;
   device.space = ValidationTarget::Space::kDevice;
+  device.locate = [](const void*) { return std::string(); };
   CombineProblem problem;
-  const Status st = validate_combine(call.args(), device, &problem);
-  EXPECT_EQ(st.code(), StatusCode::kNotSupported);
-  EXPECT_EQ(st.message(), "out_partial: combining split results is not implemented on the GPU yet");
+  const Status st = validate_combine(base, device, &problem);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(problem.num_splits, 2);
+  EXPECT_EQ(problem.rows, 5);
+  EXPECT_EQ(problem.nheads, 3);
+  EXPECT_EQ(problem.head_dim, 8);
 }
 
 }  // namespace

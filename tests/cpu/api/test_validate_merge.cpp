@@ -1,11 +1,13 @@
 // The rules on merge_attention_states' arguments, broken one at a time from a valid
 // two-part merge: each gives its message naming the argument, and the public entry
-// point writes nothing when it refuses a call.
+// point writes nothing when it refuses a call. A device target adds where each tensor
+// lives and the most parts one call takes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/validate_merge.h"
@@ -85,6 +87,51 @@ TEST_P(MergeRuleTest, GivesItsMessageAndWritesNothing) {
   EXPECT_EQ(entry.message(), GetParam().message);
   for (float x : m.out) EXPECT_TRUE(std::isnan(x));
   for (float x : m.lse) EXPECT_TRUE(std::isnan(x));
+}
+
+// A device target: every tensor in the current device's memory (here a stand-in that
+// calls the part named `host` host memory), and at most max_merge_parts parts.
+ValidationTarget device_target(const void* host, std::size_t max_parts) {
+  ValidationTarget t;
+  t.space = ValidationTarget::Space::kDevice;
+  t.locate = [host](const void* p) { return p == host ? std::string("host memory") : std::string(); };
+  t.max_merge_parts = max_parts;
+  return t;
+}
+
+TEST(MergeDeviceRules, EachTensorMustBeDeviceMemory) {
+  MergeBuffers m;
+  const std::vector<std::pair<std::string, const void*>> tensors = {
+      {"outs[0]", m.out_a.data()}, {"outs[1]", m.out_b.data()}, {"lses[0]", m.lse_a.data()},
+      {"lses[1]", m.lse_b.data()}, {"out", m.out.data()},       {"lse", m.lse.data()}};
+  for (const auto& [name, host] : tensors) {
+    const Status st = validate_merge(m.args, device_target(host, 2));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(st.message(), name + ": pointer is host memory, not memory of the current CUDA device");
+  }
+  EXPECT_TRUE(validate_merge(m.args, device_target(nullptr, 2)).is_ok());
+}
+
+TEST(MergeDeviceRules, AtMostTheKernelsPartsPerCall) {
+  MergeBuffers m;
+  const Status st = validate_merge(m.args, device_target(nullptr, 1));
+  EXPECT_EQ(st.code(), StatusCode::kNotSupported);
+  EXPECT_EQ(st.message(),
+            "outs: the GPU merge takes at most 1 parts, got 2; merge them in groups (each group's out and lse are a "
+            "part of the next merge)");
+  // A shape rule broken too is reported first: the limit is the device's last rule.
+  m.args.out.shape[3] = 4;
+  EXPECT_EQ(validate_merge(m.args, device_target(nullptr, 1)).code(), StatusCode::kInvalidArgument);
+}
+
+// The host target knows no limit on parts, nor where memory is.
+TEST(MergeDeviceRules, TheHostTargetTakesAnyNumberOfParts) {
+  MergeBuffers m;
+  for (int i = 0; i < 200; ++i) {
+    m.args.outs.push_back(m.args.outs[0]);
+    m.args.lses.push_back(m.args.lses[0]);
+  }
+  EXPECT_TRUE(validate_merge(m.args).is_ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, MergeRuleTest, ::testing::ValuesIn(merge_rules()),

@@ -1,6 +1,7 @@
-// The GPU entry points refuse a KV-cache call and a combine call, whose arguments are
-// otherwise valid and in device memory, with kNotSupported naming k_cache / out_partial,
-// and write nothing: no output, and nothing appended to the cache (fa3::cpu runs both).
+// The GPU entry point refuses a KV-cache call whose arguments are otherwise valid and in
+// device memory with kNotSupported naming k_cache, and writes nothing: no output, and
+// nothing appended to the cache (fa3::cpu runs it). The combine runs on the GPU
+// (tests/gpu/hopper/test_merge.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -77,25 +78,6 @@ TEST(GpuKvCache, ForwardRefusesAndWritesNothing) {
   EXPECT_EQ(d.lse.to_host(), lse_before);
   EXPECT_EQ(d.k_cache.to_host(), k_before);
   EXPECT_EQ(d.v_cache.to_host(), v_before);
-}
-
-TEST(GpuKvCache, CombineRefusesAndWritesNothing) {
-  FA3_REQUIRE_HOPPER();
-  constexpr std::int64_t kSplits = 2, kRows = 3, kHeads = 2, kDim = 8;
-  DeviceBuffer out_partial(kSplits * kRows * kHeads * kDim * sizeof(float));
-  DeviceBuffer lse_partial(kSplits * kRows * kHeads * sizeof(float));
-  DeviceBuffer out(kRows * kHeads * kDim * sizeof(float));
-  fill_nan(out.get(), DType::kFloat32, kRows * kHeads * kDim);
-  const std::vector<std::uint8_t> out_before = out.to_host();
-  CombineArgs a;
-  a.out_partial = TensorView::contiguous(out_partial.get(), DType::kFloat32, {kSplits, kRows, kHeads, kDim});
-  a.lse_partial = TensorView::contiguous(lse_partial.get(), DType::kFloat32, {kSplits, kRows, kHeads});
-  a.out = TensorView::contiguous(out.get(), DType::kFloat32, {kRows, kHeads, kDim});
-  const Status s = combine(a, nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
-  EXPECT_EQ(s.message(), "out_partial: combining split results is not implemented on the GPU yet");
-  FA3_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(out.to_host(), out_before);
 }
 
 }  // namespace

@@ -1,0 +1,146 @@
+// fa3 — the merge kernel: partial attention rows into their exact merge,
+//   lse = log(sum_i exp(lse_i)),   out = sum_i exp(lse_i - lse) * out_i,   in fp32.
+//
+// Bandwidth is the whole cost (a few flops per value read), so: a group of lanes per
+// (row, head) reads each part's row once, in 16-byte vectors where the layout allows,
+// the lanes of the group interleaved so that each vector load of the group is one
+// coalesced stretch of the row; the row's lse values are reduced once per row across the
+// group, and each lane computes the weights of a few parts, handed to the others by
+// shuffles. Parts come from a policy (hopper/merge_params.h): a list for
+// merge_attention_states, the slices of one tensor for the split-KV combine.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "hopper/merge_params.h"
+
+namespace fa3::hopper {
+
+constexpr int kMergeThreads = 128;
+// Vectors each lane accumulates per pass over the parts: a row longer than
+// kMergeChunks * lanes * vector takes more passes, recomputing the weights.
+constexpr int kMergeChunks = 4;
+
+namespace merge_detail {
+
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T>
+__device__ T from_float(float x);
+template <>
+__device__ inline float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// N values moved as one access: 16 bytes of fp32 or 16-bit values, or one value.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+__device__ inline std::int64_t row_offset(const std::int64_t* stride, std::int64_t b, std::int64_t s, std::int64_t h) {
+  return b * stride[0] + s * stride[1] + h * stride[2];
+}
+
+}  // namespace merge_detail
+
+// Parts hold `In` values (their count and location from `Parts`), the result `Out`; each
+// lane moves kVec values per access (1 where the layout is not 16-byte aligned).
+template <class Parts, class In, class Out, int kVec>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ MergeParams<Parts> p) {
+  using namespace merge_detail;
+  const int lanes = p.shape.lanes_per_row;
+  const int lane = threadIdx.x % lanes;
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (kMergeThreads / lanes) + threadIdx.x / lanes;
+  // A whole group shares its row, so it leaves together and its shuffles stay complete.
+  if (row >= p.shape.rows) return;
+  const unsigned group = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << (threadIdx.x % 32 / lanes * lanes);
+  const std::int64_t h = row % p.shape.extent[2];
+  const std::int64_t s = row / p.shape.extent[2] % p.shape.extent[1];
+  const std::int64_t b = row / p.shape.extent[2] / p.shape.extent[1];
+  const int parts = p.parts.count;
+  auto lse_of = [&](int i) {
+    const RowScalars lse = p.parts.get(i).lse;
+    return lse.data[row_offset(lse.stride, b, s, h)];
+  };
+
+  // The largest partial lse keeps every exp() in range.
+  float max = -INFINITY;
+  for (int i = lane; i < parts; i += lanes) max = fmaxf(max, lse_of(i));
+  for (int o = lanes / 2; o > 0; o >>= 1) max = fmaxf(max, __shfl_xor_sync(group, max, o, lanes));
+
+  Out* out = static_cast<Out*>(const_cast<void*>(p.out.data)) + row_offset(p.out.stride, b, s, h);
+  const std::int64_t head_dim = p.shape.head_dim;
+  const std::int64_t pass = static_cast<std::int64_t>(lanes) * kVec * kMergeChunks;
+  float lse = -INFINITY;
+  if (max == -INFINITY) {
+    // No part saw a key of this row: 0, not the NaN of exp(-inf - -inf).
+    Pack<Out, kVec> zero;
+    for (int e = 0; e < kVec; ++e) zero.v[e] = from_float<Out>(0.f);
+    for (std::int64_t d = static_cast<std::int64_t>(lane) * kVec; d < head_dim;
+         d += static_cast<std::int64_t>(lanes) * kVec) {
+      *reinterpret_cast<Pack<Out, kVec>*>(out + d * p.out.stride_d) = zero;
+    }
+  } else {
+    float sum = 0.f;
+    for (int i = lane; i < parts; i += lanes) sum += expf(lse_of(i) - max);
+    for (int o = lanes / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(group, sum, o, lanes);
+    lse = max + logf(sum);
+
+    for (std::int64_t d0 = 0; d0 < head_dim; d0 += pass) {
+      float acc[kMergeChunks][kVec] = {};
+      for (int c = 0; c < parts; c += lanes) {
+        // Lane j holds part c + j's weight; a part that saw no key of the row (weight 0)
+        // is not read, so whatever it holds (NaN included) stays out.
+        const float mine = c + lane < parts ? expf(lse_of(c + lane) - lse) : 0.f;
+        const int here = min(lanes, parts - c);
+        for (int j = 0; j < here; ++j) {
+          const float w = __shfl_sync(group, mine, j, lanes);
+          if (w == 0.f) continue;
+          const RowTensor part = p.parts.get(c + j).out;
+          const In* in = static_cast<const In*>(part.data) + row_offset(part.stride, b, s, h);
+#pragma unroll
+          for (int k = 0; k < kMergeChunks; ++k) {
+            const std::int64_t d = d0 + (static_cast<std::int64_t>(k) * lanes + lane) * kVec;
+            if (d >= head_dim) break;
+            const Pack<In, kVec> v = *reinterpret_cast<const Pack<In, kVec>*>(in + d * part.stride_d);
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) acc[k][e] = fmaf(w, to_float(v.v[e]), acc[k][e]);
+          }
+        }
+      }
+      // Each lane writes only the values it read itself, after reading them from every
+      // part: out may be a part's storage.
+#pragma unroll
+      for (int k = 0; k < kMergeChunks; ++k) {
+        const std::int64_t d = d0 + (static_cast<std::int64_t>(k) * lanes + lane) * kVec;
+        if (d >= head_dim) break;
+        Pack<Out, kVec> o;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) o.v[e] = from_float<Out>(acc[k][e]);
+        *reinterpret_cast<Pack<Out, kVec>*>(out + d * p.out.stride_d) = o;
+      }
+    }
+  }
+  // lse may be a part's storage too: every lane of the group has read it by now.
+  __syncwarp(group);
+  if (lane == 0 && p.lse.data != nullptr) {
+    const_cast<float*>(p.lse.data)[row_offset(p.lse.stride, b, s, h)] = lse;
+  }
+}
+
+}  // namespace fa3::hopper
