@@ -336,7 +336,7 @@ TEST(GeneralMask, ParamsFromProblem) {
 
 // Which family runs a problem: plain and causal keep their kernels, whatever else a
 // window, chunk, softcap or sinks ask for goes to the general ones.
-TEST(MaskKind, FollowsWindowAndSoftcap) {
+TEST(MaskKind, FollowsWindowChunkAndSoftcap) {
   Problem p;
   EXPECT_EQ(mask_kind(p), MaskKind::kPlain);
   p.window_right = 0;
@@ -348,9 +348,12 @@ TEST(MaskKind, FollowsWindowAndSoftcap) {
   p = Problem{};
   p.window_right = 5;
   EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  // Sinks need no family of their own: the plain and causal kernels fold them in.
   p = Problem{};
   p.has_sinks = true;
-  EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
+  EXPECT_EQ(mask_kind(p), MaskKind::kPlain);
+  p.window_right = 0;
+  EXPECT_EQ(mask_kind(p), MaskKind::kCausal);
   p = Problem{};
   p.chunk = 8192;
   EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
