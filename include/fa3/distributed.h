@@ -6,7 +6,8 @@
 // ring of ranks (rank r sends to r + 1 and receives from r - 1, mod W) by grouped
 // ncclSend / ncclRecv on `comm_stream`, while fa3::forward attends the query shard to
 // the K/V shard in hand on the compute stream; each block's (out, lse) is merged into
-// the running result exactly, in fp32 (fa3/merge.h's rule). After W - 1 hops every
+// the running result exactly, in fp32, by fa3::merge_attention_states (fa3/merge.h),
+// which also writes the result into out and lse at the end. After W - 1 hops every
 // rank has seen every K/V shard: its out and lse are those of its queries over the
 // whole sequence.
 //

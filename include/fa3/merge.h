@@ -16,10 +16,12 @@
 namespace fa3 {
 
 // Every part and the result share one layout, fa3's: outputs (batch, seqlen, nheads,
-// head_dim) of one dtype (fp32, fp16 or bf16), logsumexps (batch, nheads, seqlen) fp32.
-// Any non-negative strides. out and lse may be the storage of a part (same layout):
-// each row is read completely before it is written. fa3::cpu::merge_attention_states
-// (fa3/cpu.h) merges host memory; merge_attention_states below device memory.
+// head_dim), each of its own dtype (fp32, fp16 or bf16: an fp32 running result may take
+// in a 16-bit part, and a 1-part merge converts), logsumexps (batch, nheads, seqlen)
+// fp32. The sums are fp32 whatever the dtypes. Any non-negative strides. out and lse may
+// be the storage of a part (same layout): each row is read completely before it is
+// written. fa3::cpu::merge_attention_states (fa3/cpu.h) merges host memory;
+// merge_attention_states below device memory.
 struct MergeArgs {
   std::vector<TensorView> outs;  // at least one part
   std::vector<TensorView> lses;  // one per part, in the same order

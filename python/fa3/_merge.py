@@ -17,9 +17,9 @@ from ._torch_ops import _placement
 def merge_attention_states(out_a, lse_a, out_b, lse_b):
     """Merges two partial results, (out_a, lse_a) and (out_b, lse_b), into (out, lse).
 
-    out_*: (batch, seqlen, nheads, headdim), one dtype (fp32, fp16 or bf16); lse_*:
+    out_*: (batch, seqlen, nheads, headdim), each fp32, fp16 or bf16; lse_*:
     (batch, nheads, seqlen) float32, as flash_attn_func(..., return_attn_probs=True)
-    returns them. Computed in fp32; out comes back in the inputs' dtype, lse in fp32. A
+    returns them. Computed in fp32; out comes back in out_a's dtype, lse in fp32. A
     row whose lse is -inf in both (it saw no key) gives out 0 and lse -inf.
     """
     return merge_attention_states_list([out_a, out_b], [lse_a, lse_b])

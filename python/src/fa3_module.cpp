@@ -285,8 +285,9 @@ NB_MODULE(_C, m) {
   m.def("merge_attention_states", &merge_attention_states, "outs"_a, "lses"_a, "out"_a, "lse"_a, nb::kw_only(),
         "stream"_a = 0,
         "Exact merge of partial attention results: writes out = sum_i exp(lses[i] - lse) * outs[i] and\n"
-        "lse = log(sum_i exp(lses[i])), in fp32. outs[i] and out (batch, seqlen, nheads, head_dim) of one dtype;\n"
-        "lses[i] and lse (batch, nheads, seqlen) fp32. A row with lse -inf in every part gives 0 and -inf.\n"
+        "lse = log(sum_i exp(lses[i])), in fp32. outs[i] and out (batch, seqlen, nheads, head_dim), each fp32,\n"
+        "fp16 or bf16 of its own; lses[i] and lse (batch, nheads, seqlen) fp32. A row with lse -inf in every\n"
+        "part gives 0 and -inf.\n"
         "Host tensors, or CUDA tensors of one device (at most 128 parts; enqueued on `stream`).");
   m.def("build_info", &build_info_dict, "What this build holds: version, CUDA and CUTLASS versions, kernel list.");
   m.def("device_info", &device_info_dict, "index"_a = -1,

@@ -32,9 +32,6 @@ Status check_out(const std::string& name, const TensorView& t, const TensorView&
   if (t.dtype != DType::kFloat32 && t.dtype != DType::kFloat16 && t.dtype != DType::kBFloat16) {
     return invalid(cat(name, ": dtype must be fp32, fp16 or bf16, got ", dtype_name(t.dtype)));
   }
-  if (t.dtype != first.dtype) {
-    return invalid(cat(name, ": dtype ", dtype_name(t.dtype), " differs from outs[0]'s ", dtype_name(first.dtype)));
-  }
   for (int d = 0; d < 4; ++d) {
     if (t.shape[d] != first.shape[d]) {
       return invalid(cat(name, ": shape ", shape_string(t), " differs from outs[0]'s ", shape_string(first)));

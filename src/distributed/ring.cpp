@@ -6,23 +6,22 @@
 //                   next rank and ncclRecv of the next shard from the previous one;
 //                   record `received`;
 //   compute stream: fa3::forward on the visible part of the block, merge it into the
-//                   running result; record `computed`.
+//                   running fp32 result (distributed/ring_result.h); record `computed`.
 // The compute stream's wait is enqueued before the comm stream re-records `received`,
 // so each step waits for its own shard and the transfer of shard s + 1 overlaps the
-// compute of shard s.
+// compute of shard s. At the end a 1-part merge writes the running result into the
+// caller's out and lse, in their dtype.
 #include <string>
 
 #include "api/validate.h"
 #include "common/status_macros.h"
-#include "distributed/ring_merge.h"
 #include "distributed/ring_plan.h"
+#include "distributed/ring_result.h"
 #include "fa3/attention.h"
 #include "fa3/distributed.h"
 
 namespace fa3::distributed {
 namespace {
-
-using detail::Half;
 
 Status nccl_status(ncclResult_t result, const char* what) {
   if (result == ncclSuccess) return Status::ok();
@@ -76,7 +75,7 @@ Status exchange(const Shard& send, const Shard& receive, const detail::Workspace
 }
 
 // One block: fa3::forward on the visible part, its (out, lse) written into the block
-// buffers at the rows it covers, then merged into the running result.
+// buffers at the rows it covers, then merged into those rows of the running result.
 Status compute_block(const RingArgs& args, const Shard& shard, const detail::RingStep& step,
                      const detail::WorkspaceLayout& layout, bool first, cudaStream_t stream) {
   char* ws = static_cast<char*>(args.workspace);
@@ -94,21 +93,8 @@ Status compute_block(const RingArgs& args, const Shard& shard, const detail::Rin
   fwd.options.softmax_scale = args.softmax_scale;
   fwd.options.causal = step.block.causal;
   FA3_RETURN_IF_ERROR(forward(fwd, stream));
-
-  detail::RingMergeArgs merge{};
-  merge.acc_out = reinterpret_cast<float*>(ws + layout.acc_out);
-  merge.acc_lse = reinterpret_cast<float*>(ws + layout.acc_lse);
-  merge.block_out = block_out.data;
-  merge.block_lse = static_cast<const float*>(block_lse.data);
-  merge.dtype = args.q.dtype;
-  merge.batch = batch;
-  merge.shard_len = shard_len;
-  merge.nheads = nheads;
-  merge.head_dim_v = head_dim_v;
-  merge.row0 = step.block.q_half == Half::kSecond ? shard_len / 2 : 0;
-  merge.rows = step.block.q_half == Half::kWhole ? shard_len : shard_len / 2;
-  merge.first = first;
-  return cuda_status(detail::launch_ring_merge(merge, stream), "ring merge kernel launch");
+  // The first step's block is the own shard's, which covers every query row.
+  return detail::merge_block(detail::running_result(args, layout), fwd.out, fwd.lse, step.block.q_half, first, stream);
 }
 
 Status run_ring(const RingArgs& args, const Ring& ring, ncclComm_t comm, cudaStream_t stream) {
@@ -141,12 +127,7 @@ Status run_ring(const RingArgs& args, const Ring& ring, ncclComm_t comm, cudaStr
   // stream, and so the caller, waits for the transfers too.
   FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.received, comm_stream), "cudaEventRecord"));
   FA3_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream, events.received, 0), "cudaStreamWaitEvent"));
-  detail::RingFinalizeArgs finalize{};
-  finalize.acc_out = reinterpret_cast<const float*>(static_cast<char*>(args.workspace) + layout.acc_out);
-  finalize.acc_lse = reinterpret_cast<const float*>(static_cast<char*>(args.workspace) + layout.acc_lse);
-  finalize.out = args.out;
-  finalize.lse = args.lse;
-  return cuda_status(detail::launch_ring_finalize(finalize, stream), "ring finalize kernel launch");
+  return detail::write_result(detail::running_result(args, layout), args.out, args.lse, stream);
 }
 
 Status ring_of(ncclComm_t comm, Ring* ring) {

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -65,7 +66,7 @@ MergeShape shape_of(std::int64_t batch, std::int64_t seqlen, std::int64_t heads,
   return s;
 }
 
-template <class Parts, class In, class Out, int kVec>
+template <class Parts, class Out, int kVec>
 Status launch(const MergeParams<Parts>& p, cudaStream_t stream) {
   const std::int64_t rows_per_block = kMergeThreads / p.shape.lanes_per_row;
   const std::int64_t blocks = (p.shape.rows + rows_per_block - 1) / rows_per_block;
@@ -73,27 +74,42 @@ Status launch(const MergeParams<Parts>& p, cudaStream_t stream) {
     return {StatusCode::kNotSupported,
             "out: " + std::to_string(p.shape.rows) + " rows are more than one merge launch covers"};
   }
-  merge_kernel<Parts, In, Out, kVec><<<static_cast<unsigned>(blocks), kMergeThreads, 0, stream>>>(p);
+  merge_kernel<Parts, Out, kVec><<<static_cast<unsigned>(blocks), kMergeThreads, 0, stream>>>(p);
   return detail::cuda_status(cudaGetLastError(), "merge kernel launch");
 }
 
-// Picks 16-byte accesses when every part and the result allow them, else one value each.
-template <class Parts, class In, class Out>
+std::size_t bytes_of(PartType t) { return t == PartType::kFloat32 ? sizeof(float) : 2; }
+
+// Picks 16-byte accesses of the call's widest type when every part and the result allow
+// them (8 values in an all-16-bit call, else 4), otherwise one value each.
+template <class Parts, class Out>
 Status launch_aligned(MergeParams<Parts>& p, cudaStream_t stream) {
-  constexpr int kVec = kVectorBytes / sizeof(In);
-  bool vectors = vector_ready(p.out, p.shape, kVec, sizeof(Out));
+  std::size_t widest = sizeof(Out);
+  for (int i = 0; i < p.parts.count; ++i) widest = std::max(widest, bytes_of(p.parts.get(i).type));
+  const int vec = static_cast<int>(kVectorBytes / widest);
+  bool vectors = vector_ready(p.out, p.shape, vec, sizeof(Out));
   for (int i = 0; i < p.parts.count && vectors; ++i) {
-    vectors = vector_ready(p.parts.get(i).out, p.shape, kVec, sizeof(In));
+    const MergePart part = p.parts.get(i);
+    vectors = vector_ready(part.out, p.shape, vec, bytes_of(part.type));
   }
   // The lanes per row follow from the access width chosen.
-  p.shape = shape_of(p.shape.extent[0], p.shape.extent[1], p.shape.extent[2], p.shape.head_dim, vectors ? kVec : 1);
+  p.shape = shape_of(p.shape.extent[0], p.shape.extent[1], p.shape.extent[2], p.shape.head_dim, vectors ? vec : 1);
   if (p.shape.rows == 0) return Status::ok();
-  if (vectors) return launch<Parts, In, Out, kVec>(p, stream);
-  return launch<Parts, In, Out, 1>(p, stream);
+  if (!vectors) return launch<Parts, Out, 1>(p, stream);
+  if constexpr (sizeof(Out) == 2) {
+    if (vec == 8) return launch<Parts, Out, 8>(p, stream);
+  }
+  return launch<Parts, Out, 4>(p, stream);
+}
+
+PartType part_type(DType dtype) {
+  if (dtype == DType::kFloat16) return PartType::kFloat16;
+  if (dtype == DType::kBFloat16) return PartType::kBFloat16;
+  return PartType::kFloat32;
 }
 
 // merge_attention_states' parts and result in a parameter block of capacity kCapacity.
-template <int kCapacity, class T>
+template <int kCapacity, class Out>
 Status merge_listed(const MergeArgs& args, cudaStream_t stream) {
   MergeParams<ListedParts<kCapacity>> p;
   const TensorView& o = args.out;
@@ -103,10 +119,11 @@ Status merge_listed(const MergeArgs& args, cudaStream_t stream) {
     // outs (batch, seqlen, nheads, head_dim); lses (batch, nheads, seqlen).
     p.parts.part[i].out = rows_of(args.outs[i], 0, 1, 2, 3);
     p.parts.part[i].lse = scalars_of(args.lses[i], 0, 2, 1);
+    p.parts.part[i].type = part_type(args.outs[i].dtype);
   }
   p.out = rows_of(args.out, 0, 1, 2, 3);
   p.lse = scalars_of(args.lse, 0, 2, 1);
-  return launch_aligned<ListedParts<kCapacity>, T, T>(p, stream);
+  return launch_aligned<ListedParts<kCapacity>, Out>(p, stream);
 }
 
 template <class T>
@@ -132,7 +149,7 @@ Status combine_typed(const CombineProblem& pr, const CombineArgs& args, cudaStre
   p.parts.lse_step = args.lse_partial.stride[0];
   p.out = rows_of(args.out, -1, 0, 1, 2);
   if (args.lse.defined()) p.lse = scalars_of(args.lse, -1, 0, 1);
-  return launch_aligned<SlicedParts, float, Out>(p, stream);
+  return launch_aligned<SlicedParts, Out>(p, stream);
 }
 
 }  // namespace

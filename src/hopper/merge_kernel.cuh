@@ -56,11 +56,28 @@ __device__ inline std::int64_t row_offset(const std::int64_t* stride, std::int64
   return b * stride[0] + s * stride[1] + h * stride[2];
 }
 
+// Adds w times the lane's values of one part's row, held as `In`, to acc: kMergeChunks
+// accesses of kVec values, the lanes of the group interleaved.
+template <class In, int kVec>
+__device__ inline void accumulate_part(const void* row, std::int64_t stride_d, std::int64_t d0, std::int64_t head_dim,
+                                       int lane, int lanes, float w, float (&acc)[kMergeChunks][kVec]) {
+  const In* in = static_cast<const In*>(row);
+#pragma unroll
+  for (int k = 0; k < kMergeChunks; ++k) {
+    const std::int64_t d = d0 + (static_cast<std::int64_t>(k) * lanes + lane) * kVec;
+    if (d >= head_dim) break;
+    const Pack<In, kVec> v = *reinterpret_cast<const Pack<In, kVec>*>(in + d * stride_d);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[k][e] = fmaf(w, to_float(v.v[e]), acc[k][e]);
+  }
+}
+
 }  // namespace merge_detail
 
-// Parts hold `In` values (their count and location from `Parts`), the result `Out`; each
-// lane moves kVec values per access (1 where the layout is not 16-byte aligned).
-template <class Parts, class In, class Out, int kVec>
+// Parts hold fp32, fp16 or bf16 values, each its own (their count, type and location
+// from `Parts`), the result `Out`; each lane moves kVec values per access: 16 bytes of
+// the widest type of the call, or 1 value where the layout is not 16-byte aligned.
+template <class Parts, class Out, int kVec>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ MergeParams<Parts> p) {
   using namespace merge_detail;
   const int lanes = p.shape.lanes_per_row;
@@ -111,15 +128,19 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
         for (int j = 0; j < here; ++j) {
           const float w = __shfl_sync(group, mine, j, lanes);
           if (w == 0.f) continue;
-          const RowTensor part = p.parts.get(c + j).out;
-          const In* in = static_cast<const In*>(part.data) + row_offset(part.stride, b, s, h);
-#pragma unroll
-          for (int k = 0; k < kMergeChunks; ++k) {
-            const std::int64_t d = d0 + (static_cast<std::int64_t>(k) * lanes + lane) * kVec;
-            if (d >= head_dim) break;
-            const Pack<In, kVec> v = *reinterpret_cast<const Pack<In, kVec>*>(in + d * part.stride_d);
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) acc[k][e] = fmaf(w, to_float(v.v[e]), acc[k][e]);
+          const MergePart part = p.parts.get(c + j);
+          const std::int64_t at = row_offset(part.out.stride, b, s, h);
+          // The type is the same for the whole group: the branch does not diverge.
+          if (part.type == PartType::kFloat16) {
+            accumulate_part<__half, kVec>(static_cast<const __half*>(part.out.data) + at, part.out.stride_d, d0,
+                                          head_dim, lane, lanes, w, acc);
+          } else if (part.type == PartType::kBFloat16) {
+            accumulate_part<__nv_bfloat16, kVec>(static_cast<const __nv_bfloat16*>(part.out.data) + at,
+                                                 part.out.stride_d, d0, head_dim, lane, lanes, w, acc);
+          } else if constexpr (kVec * sizeof(float) <= 16) {
+            // fp32: compiled out at kVec 8, which the launch picks only for calls without fp32.
+            accumulate_part<float, kVec>(static_cast<const float*>(part.out.data) + at, part.out.stride_d, d0, head_dim,
+                                         lane, lanes, w, acc);
           }
         }
       }

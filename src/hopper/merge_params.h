@@ -25,9 +25,14 @@ struct RowScalars {
   std::int64_t stride[3] = {0, 0, 0};
 };
 
+// What a part's output values are; each part has its own (the ring merges a 16-bit
+// block into an fp32 running result).
+enum class PartType : std::uint8_t { kFloat32, kFloat16, kBFloat16 };
+
 struct MergePart {
   RowTensor out;
   RowScalars lse;
+  PartType type = PartType::kFloat32;
 };
 
 // merge_attention_states' parts: a list of independent tensors. Their descriptors live in
@@ -42,7 +47,7 @@ struct ListedParts {
 };
 
 // The combine's parts: the slices of one fp32 tensor along its first dimension, any
-// number of them.
+// number of them (`first.type` stays fp32).
 struct SlicedParts {
   int count = 0;
   MergePart first;

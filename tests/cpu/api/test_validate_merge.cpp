@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -53,10 +54,8 @@ std::vector<MergeRule> merge_rules() {
          for (TensorView& t : a.outs) t.dtype = DType::kInt32;
        },
        "outs[0]: dtype must be fp32, fp16 or bf16, got int32"},
-      {"out_dtype_differs", [](MergeArgs& a) { a.outs[1].dtype = DType::kBFloat16; },
-       "outs[1]: dtype bf16 differs from outs[0]'s fp32"},
-      {"result_dtype_differs", [](MergeArgs& a) { a.out.dtype = DType::kFloat16; },
-       "out: dtype fp16 differs from outs[0]'s fp32"},
+      {"result_dtype_int32", [](MergeArgs& a) { a.out.dtype = DType::kInt32; },
+       "out: dtype must be fp32, fp16 or bf16, got int32"},
       {"out_shape_differs", [](MergeArgs& a) { a.outs[1].shape[3] = 4; },
        "outs[1]: shape (2, 3, 4, 4) differs from outs[0]'s (2, 3, 4, 5)"},
       {"lse_rank", [](MergeArgs& a) { a.lses[0].rank = 4; },
@@ -68,6 +67,21 @@ std::vector<MergeRule> merge_rules() {
       {"result_lse_shape", [](MergeArgs& a) { a.lse.shape[0] = 1; },
        "lse: shape (1, 4, 3) must be (batch, nheads, seqlen) = (2, 4, 3)"},
   };
+}
+
+// Each part and the result have their own dtype: an fp32 part and a bf16 one (2.0 is
+// 0x4000 in bf16) of equal weight merge to 1.5 in fp16 (0x3e00), lse log 2.
+TEST(MergeValid, PartsAndResultMayDifferInDtype) {
+  MergeBuffers m;
+  std::vector<std::uint16_t> out_b(120, 0x4000), out(120, 0);
+  m.args.outs[1].data = out_b.data();
+  m.args.outs[1].dtype = DType::kBFloat16;
+  m.args.out.data = out.data();
+  m.args.out.dtype = DType::kFloat16;
+  const Status st = cpu::merge_attention_states(m.args);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  for (std::uint16_t x : out) EXPECT_EQ(x, 0x3e00);
+  for (float x : m.lse) EXPECT_FLOAT_EQ(x, std::log(2.f));
 }
 
 class MergeRuleTest : public ::testing::TestWithParam<MergeRule> {};

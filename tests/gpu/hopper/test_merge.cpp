@@ -1,6 +1,7 @@
 // The merge kernel (hopper/merge.cu) through its two entry points, against fa3::cpu's
 // merges on the same values: fa3::merge_attention_states over random parts (rows no
 // part saw, parts that saw none of a row's keys and hold NaN there), every output dtype,
+// parts and result of different dtypes (fp32 with 16-bit, as ring attention merges),
 // head dims that take one lane to a whole warp and more than one pass, strided and
 // misaligned views (one value per access), out and lse on part 0's storage, 1 to 128
 // parts, 64-bit offsets; fa3::combine over 1 to 33 splits; each device rule refusing a
@@ -188,6 +189,13 @@ double tolerance(DType dtype, double ref) {
   return ::testing::AssertionSuccess();
 }
 
+// Which tensors are not of the case's dtype.
+enum class Mix {
+  kNone,
+  kFp32First,  // part 0 and the result fp32: a running result taking in a part
+  kFp32Parts,  // every part fp32, the result in the case's dtype: a conversion
+};
+
 struct MergeCase {
   DType dtype;
   int parts;
@@ -195,10 +203,16 @@ struct MergeCase {
   Layout layout = Layout::kContiguous;
   std::int64_t lse_step = 1;  // the lses' last stride (lse values take any strides)
   bool alias = false;         // out and lse are part 0's storage
+  Mix mix = Mix::kNone;
+  DType part_dtype(int i) const {
+    return mix == Mix::kFp32Parts || (mix == Mix::kFp32First && i == 0) ? DType::kFloat32 : dtype;
+  }
+  DType out_dtype() const { return mix == Mix::kFp32First ? DType::kFloat32 : dtype; }
   std::string describe() const {
+    const char* mixed = mix == Mix::kFp32First ? ", part 0 and out fp32" : mix == Mix::kFp32Parts ? ", parts fp32" : "";
     return std::string(dtype_name(dtype)) + ", " + std::to_string(parts) + " parts, head dim " +
            std::to_string(head_dim) + ", " + layout_name(layout) + ", lse step " + std::to_string(lse_step) +
-           (alias ? ", out on part 0" : "");
+           (alias ? ", out on part 0" : "") + mixed;
   }
 };
 
@@ -214,7 +228,7 @@ MergeRun prepare(const MergeCase& c, std::uint64_t seed) {
   const std::int64_t rows = kBatch * kHeads * kSeqlen;
   const auto lse_values = random_lses(c.parts, rows, seed);
   for (int i = 0; i < c.parts; ++i) {
-    run.outs.push_back(make_output(c.dtype, c.head_dim, c.layout, seed * 131 + static_cast<std::uint64_t>(i)));
+    run.outs.push_back(make_output(c.part_dtype(i), c.head_dim, c.layout, seed * 131 + static_cast<std::uint64_t>(i)));
     run.lses.push_back(make_scalars({kBatch, kHeads, kSeqlen}, c.lse_step, lse_values[i]));
     // Where part i saw no key, its output holds NaN: it must not be read.
     for (std::int64_t b = 0; b < kBatch; ++b)
@@ -270,8 +284,8 @@ void check_merge(const MergeCase& c, std::uint64_t seed) {
     args.out = run.outs[0].view;
     args.lse = run.lses[0].view;
   } else {
-    out = make_output(c.dtype, c.head_dim, c.layout, seed + 7);
-    fill_nan(out.buffer.get(), c.dtype, out.total_elements);
+    out = make_output(c.out_dtype(), c.head_dim, c.layout, seed + 7);
+    fill_nan(out.buffer.get(), c.out_dtype(), out.total_elements);
     lse = make_scalars({kBatch, kHeads, kSeqlen}, 2,
                        std::vector<float>(static_cast<std::size_t>(kBatch * kHeads * kSeqlen), NAN));
     args.out = out.view;
@@ -283,7 +297,7 @@ void check_merge(const MergeCase& c, std::uint64_t seed) {
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   FA3_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> got_out = dense_host(args.out), got_lse = dense_host(args.lse);
-  EXPECT_TRUE(values_match(got_out, run.ref_out, c.dtype, "out"));
+  EXPECT_TRUE(values_match(got_out, run.ref_out, c.out_dtype(), "out"));
   EXPECT_TRUE(values_match(got_lse, run.ref_lse, DType::kFloat32, "lse"));
   expect_dead_rows_zero(got_out, got_lse, c.head_dim);
   EXPECT_EQ(changed_outside_view(result, before), 0);
@@ -318,6 +332,22 @@ TEST(GpuMerge, OutAndLseMayBePartZero) {
       for (std::int64_t head_dim : {128, 600})
         for (Layout layout : {Layout::kContiguous, Layout::kOddPaddedRows})
           check_merge({dtype, parts, head_dim, layout, 1, true}, seed++);
+}
+
+// The ring's calls: a 16-bit block into an fp32 running result in place, and the
+// running result converted into the caller's dtype; fp32 and 16-bit values in one call
+// take 4-value accesses.
+TEST(GpuMerge, PartsAndResultOfTheirOwnDtypes) {
+  FA3_REQUIRE_HOPPER();
+  std::uint64_t seed = 250;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+    for (std::int64_t head_dim : {1, 20, 64, 128, 600})
+      for (Layout layout : {Layout::kContiguous, Layout::kOddPaddedRows}) {
+        check_merge({dtype, 2, head_dim, layout, 1, false, Mix::kFp32First}, seed++);
+        check_merge({dtype, 2, head_dim, layout, 1, true, Mix::kFp32First}, seed++);
+        check_merge({dtype, 3, head_dim, layout, 2, false, Mix::kFp32First}, seed++);
+        check_merge({dtype, 1, head_dim, layout, 1, false, Mix::kFp32Parts}, seed++);
+      }
 }
 
 TEST(GpuMerge, TheMostPartsOneCallTakes) {
@@ -512,8 +542,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         DeviceMergeRule{"lses_count", [](DeviceMerge& m) { m.args.lses.pop_back(); }, StatusCode::kInvalidArgument,
                         "lses: one per part is needed: got 1 for 2 outs"},
-        DeviceMergeRule{"dtype_differs", [](DeviceMerge& m) { m.args.outs[1].dtype = DType::kFloat16; },
-                        StatusCode::kInvalidArgument, "outs[1]: dtype fp16 differs from outs[0]'s bf16"},
+        DeviceMergeRule{"dtype_int32", [](DeviceMerge& m) { m.args.outs[1].dtype = DType::kInt32; },
+                        StatusCode::kInvalidArgument, "outs[1]: dtype must be fp32, fp16 or bf16, got int32"},
         DeviceMergeRule{"out_shape", [](DeviceMerge& m) { m.args.out.shape[3] = 8; }, StatusCode::kInvalidArgument,
                         "out: shape (2, 37, 3, 8) differs from outs[0]'s (2, 37, 3, 16)"},
         DeviceMergeRule{"lse_shape", [](DeviceMerge& m) { m.args.lse.shape[1] = 2; }, StatusCode::kInvalidArgument,
