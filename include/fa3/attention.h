@@ -56,8 +56,12 @@
 // so weights down to 2^-17 survive rather than only those above 2^-10), while the row
 // sum adds the unrounded fp32 weights, as FlashAttention-3's softmax does (it sums
 // before it converts); V's contribution (rounded P times scaled v) accumulates in fp32,
-// and out = acc / sum. fa3::cpu runs FP8 calls (not varlen); the GPU entry points refuse
-// them for now (kNotSupported, naming q) until the FP8 kernel exists.
+// and out = acc / sum. As in any online softmax, a weight is formed (and so rounded)
+// against the row's running max when its key block is processed, so the rounding of P
+// depends on the key tile (64 keys on the CPU path): the kernel is held to the FP8
+// accuracy rule against this oracle, not to bitwise equality. fa3::cpu runs FP8 calls
+// (not varlen); the GPU entry points refuse them for now (kNotSupported, naming q) until
+// the FP8 kernel exists.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -121,7 +121,7 @@ Status check_fp8_supported(const ForwardArgs& a, const ValidationTarget& target)
     return unsupported(std::string("q: e4m3 inputs in a varlen call are not implemented") + where + " yet");
   }
   if (!target.supports_fp8) {
-    return unsupported(std::string("q: dtype e4m3 is not supported") + where + " yet" +
+    return unsupported(std::string("q: dtype e4m3 (FP8) is not supported") + where + " yet" +
                        (on_device(target) ? ": the FP8 kernel does not exist (fa3::cpu::forward runs e4m3 inputs)"
                                           : ""));
   }

@@ -81,7 +81,7 @@ std::vector<Case> dtype_cases() {
        kUnsupported, "q: dtype fp32 is not supported on the GPU; supported: bf16, fp16"},
       {"dtype_e4m3_on_device", on_args<Args>([](Args& a) { a.q.dtype = a.k.dtype = a.v.dtype = DType::kFloat8E4M3; }),
        kUnsupported,
-       "q: dtype e4m3 is not supported on the GPU yet: the FP8 kernel does not exist (fa3::cpu::forward runs e4m3 "
+       "q: dtype e4m3 (FP8) is not supported on the GPU yet: the FP8 kernel does not exist (fa3::cpu::forward runs e4m3 "
        "inputs)"},
       {"k_dtype_mismatch", on_args<Args>([](Args& a) { a.k.dtype = DType::kFloat16; }), kInvalid,
        "k: dtype fp16 does not match q's dtype bf16"},

@@ -92,7 +92,7 @@ std::vector<RuleCase<Args>> fp8_cases() {
        "block_rows: 32 is not supported on the GPU; its FP8 kernel reads one scale per 128 rows",
        TargetKind::kDeviceWithFp8},
       {"e4m3_on_gpu", [](Args&, ValidationTarget& t) { t.supports_fp8 = false; }, kUnsupported,
-       "q: dtype e4m3 is not supported on the GPU yet: the FP8 kernel does not exist (fa3::cpu::forward runs e4m3 "
+       "q: dtype e4m3 (FP8) is not supported on the GPU yet: the FP8 kernel does not exist (fa3::cpu::forward runs e4m3 "
        "inputs)",
        TargetKind::kDeviceWithFp8},
   };
@@ -147,7 +147,7 @@ TEST(ValidateFp8, TargetWithoutFp8RefusesLast) {
   }
   s = validate_forward(a, t, &p);
   EXPECT_EQ(s.code(), kUnsupported);
-  EXPECT_EQ(s.message().rfind("q: dtype e4m3 is not supported on the GPU yet", 0), 0u) << s.message();
+  EXPECT_EQ(s.message().rfind("q: dtype e4m3 (FP8) is not supported on the GPU yet", 0), 0u) << s.message();
 }
 
 TEST(ValidateFp8, VarlenCallIsRefused) {

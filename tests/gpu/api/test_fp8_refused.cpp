@@ -36,7 +36,7 @@ TEST(Fp8Refused, ForwardRefusesE4m3NamingQ) {
   Status st = forward(a, nullptr);
   EXPECT_EQ(st.code(), StatusCode::kNotSupported);
   EXPECT_EQ(st.message(),
-            "q: dtype e4m3 is not supported on the GPU yet: the FP8 kernel does not exist (fa3::cpu::forward runs "
+            "q: dtype e4m3 (FP8) is not supported on the GPU yet: the FP8 kernel does not exist (fa3::cpu::forward runs "
             "e4m3 inputs)");
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(out.to_host(), out_before);
