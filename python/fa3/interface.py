@@ -4,8 +4,9 @@ The functions here take FlashAttention-3's arguments (hopper/flash_attn_interfac
 with the same names, order, defaults, tensor layout and return values, so that
 code written for it runs with ``import fa3 as flash_attn_interface``. Every one of
 FlashAttention-3's options is accepted by name; one that fa3 does not implement
-yet raises NotImplementedError naming it, and none is ignored. fa3 adds one keyword
-of its own after them, ``sinks`` (attention sinks, as in gpt-oss).
+yet raises NotImplementedError naming it, and none is ignored. fa3 adds keywords of
+its own after them: ``sinks`` (attention sinks, as in gpt-oss) and, for FP8 inputs,
+``block_scales`` and ``block_rows`` (block quantization, fa3.fp8.quantize).
 
 Tensors are (batch, seqlen, nheads, headdim), or packed (total, nheads, headdim)
 for flash_attn_varlen_func; flash_attn_varlen_func and flash_attn_with_kvcache run
