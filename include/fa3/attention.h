@@ -43,6 +43,25 @@
 // get dk and dv 0. A sequence may be empty; one whose keys are empty has out 0 and lse
 // -inf (its sink's logit, with sinks). fa3::cpu runs varlen calls; the GPU entry points
 // refuse them for now (kNotSupported, naming cu_seqlens_q).
+//
+// FP8 (e4m3) forward: q, k and v in DType::kFloat8E4M3 hold codes x whose real values are
+// x * scale, the scale being the product of the scales Fp8Args gives for the row (each
+// 1 when not given): a descale per (batch, kv head), as FlashAttention-3 takes them, and
+// with block quantization one scale per block of block_rows rows of one (batch, head)
+// (fa3/fp8.h writes both the codes and the block scales). out is bf16 or fp16, lse fp32.
+// The numerics the FP8 kernel implements, and fa3::cpu runs (the oracle it is checked
+// against): S = (q x) . (k x) in fp32 with the scales applied (the kernel applies them to
+// S, the CPU path when it loads a row: equal up to fp32 rounding); P = exp(s - max) is
+// rounded to e4m3 after a shift by 2^8 (P * 256 lies in [0, 256], inside e4m3's range,
+// so weights down to 2^-17 survive rather than only those above 2^-10), while the row
+// sum adds the unrounded fp32 weights, as FlashAttention-3's softmax does (it sums
+// before it converts); V's contribution (rounded P times scaled v) accumulates in fp32,
+// and out = acc / sum. As in any online softmax, a weight is formed (and so rounded)
+// against the row's running max when its key block is processed, so the rounding of P
+// depends on the key tile (64 keys on the CPU path): the kernel is held to the FP8
+// accuracy rule against this oracle, not to bitwise equality. fa3::cpu runs FP8 calls
+// (not varlen); the GPU entry points refuse them for now (kNotSupported, naming q) until
+// the FP8 kernel exists.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -80,15 +99,44 @@ struct VarlenArgs {
   bool enabled() const { return cu_seqlens_q.data != nullptr; }
 };
 
+// The scales of an FP8 forward call (see above); all fp32, any non-negative strides, in
+// the same memory as q. Given only with e4m3 q, k, v; each optional (data == nullptr: 1).
+struct Fp8Args {
+  // FlashAttention-3's descales, one per (batch, kv head): (batch, nheads_kv). Query head
+  // h reads q_descale[b][h / (nheads_q / nheads_kv)], as FlashAttention-3 does.
+  TensorView q_descale;
+  TensorView k_descale;
+  TensorView v_descale;
+  // Block quantization: one scale per block of block_rows consecutive rows of one
+  // (batch, head): q_block_scale (batch, nheads_q, ceil(seqlen_q / block_rows)),
+  // k_block_scale and v_block_scale (batch, nheads_kv, ceil(seqlen_k / block_rows)); the
+  // last block may be short. All three or none.
+  TensorView q_block_scale;
+  TensorView k_block_scale;
+  TensorView v_block_scale;
+  // The FP8 kernel will read one scale per tile, so block_rows is its tile height on the
+  // GPU: 128, a multiple of its block_m and block_n. fa3::cpu takes any block_rows >= 1.
+  int block_rows = 128;
+
+  bool has_block_scales() const {
+    return q_block_scale.data != nullptr || k_block_scale.data != nullptr || v_block_scale.data != nullptr;
+  }
+  bool any() const {
+    return has_block_scales() || q_descale.data != nullptr || k_descale.data != nullptr || v_descale.data != nullptr;
+  }
+};
+
 struct ForwardArgs {
   TensorView q;
   TensorView k;
   TensorView v;
-  TensorView out;    // written; same dtype as q, shape (batch, seqlen_q, nheads_q, head_dim_v)
+  // written; shape (batch, seqlen_q, nheads_q, head_dim_v); q's dtype, or bf16 / fp16 for e4m3 q
+  TensorView out;
   TensorView lse;    // optional (data == nullptr to skip); written
   TensorView sinks;  // optional (data == nullptr: none); fp32 (nheads_q), any stride; read
   AttentionOptions options;
   VarlenArgs varlen;  // optional: a variable-length batch (see above)
+  Fp8Args fp8;        // scales of e4m3 q, k, v (see above)
 };
 
 struct BackwardArgs {

@@ -22,7 +22,9 @@ struct Options {
   int num_threads = 0;  // 0: one per hardware thread
 };
 
-// Supported dtypes: fp32, fp16, bf16 (all tensors of q/k/v/out share one; lse is fp32).
+// Supported dtypes: fp32, fp16, bf16 (all tensors of q/k/v/out share one; lse is fp32);
+// forward() also e4m3 q, k, v with their Fp8Args scales and a bf16 or fp16 out, with the
+// FP8 kernel's numerics (fa3/attention.h; not in varlen calls).
 Status forward(const ForwardArgs& args, const Options& options = {});
 Status backward(const BackwardArgs& args, const Options& options = {});
 Status forward_with_kvcache(const KvCacheArgs& args, const Options& options = {});

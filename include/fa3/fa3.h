@@ -5,6 +5,7 @@
 #include "fa3/attention.h"
 #include "fa3/cpu.h"
 #include "fa3/device.h"
+#include "fa3/fp8.h"
 #include "fa3/kernels.h"
 #include "fa3/kvcache.h"
 #include "fa3/merge.h"

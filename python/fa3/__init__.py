@@ -51,6 +51,7 @@ if _HAS_TORCH:
         get_scheduler_metadata,
     )
     from ._merge import merge_attention_states, merge_attention_states_list
+    from . import fp8  # noqa: F401  (fa3.fp8.quantize)
 else:
 
     def __getattr__(name):

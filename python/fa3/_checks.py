@@ -169,13 +169,44 @@ def attention_chunk_arg(attention_chunk):
         raise TypeError(f"attention_chunk: expected an int, got {attention_chunk!r}") from None
 
 
+def fp8_scales(q, q_descale, k_descale, v_descale, block_scales):
+    """The six optional FP8 scales (q/k/v_descale, then q/k/v block scales) as the C++
+    layer takes them, or None when none is given. Each must be a tensor on q's device;
+    dtypes, shapes and whether q is e4m3 are the C++ layer's rules."""
+    if block_scales is None:
+        blocks = (None, None, None)
+    else:
+        try:
+            blocks = tuple(block_scales)
+        except TypeError:
+            blocks = ()
+        if len(blocks) != 3:
+            raise TypeError(
+                f"block_scales: expected (q_scale, k_scale, v_scale) or None, got {type(block_scales).__name__}"
+            )
+    scales = (q_descale, k_descale, v_descale) + blocks
+    names = ("q_descale", "k_descale", "v_descale", "block_scales[0]", "block_scales[1]", "block_scales[2]")
+    for name, t in zip(names, scales):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor or None, got {type(t).__name__}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: is on {t.device} but q is on {q.device}; FP8 scales must be on q's device")
+    if all(t is None for t in scales):
+        return None
+    return scales
+
+
 def reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin):
     """Raises NotImplementedError for any FlashAttention-3 option fa3 lacks, naming it."""
     if qv is not None:
         raise NotImplementedError("qv: the extra query-times-value input is not supported by fa3 yet; pass qv=None")
     for name, value in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
         if value is not None:
-            raise NotImplementedError(f"{name}: FP8 descaling is not supported by fa3 yet; pass {name}=None")
+            raise NotImplementedError(
+                f"{name}: FP8 is not supported by this function yet (flash_attn_func takes it); pass {name}=None"
+            )
     if num_splits > 1:
         raise NotImplementedError(
             f"num_splits={num_splits}: split-KV is not supported by fa3 yet; pass 1 (or 0 to let fa3 choose)"

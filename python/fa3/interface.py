@@ -4,8 +4,9 @@ The functions here take FlashAttention-3's arguments (hopper/flash_attn_interfac
 with the same names, order, defaults, tensor layout and return values, so that
 code written for it runs with ``import fa3 as flash_attn_interface``. Every one of
 FlashAttention-3's options is accepted by name; one that fa3 does not implement
-yet raises NotImplementedError naming it, and none is ignored. fa3 adds one keyword
-of its own after them, ``sinks`` (attention sinks, as in gpt-oss).
+yet raises NotImplementedError naming it, and none is ignored. fa3 adds keywords of
+its own after them: ``sinks`` (attention sinks, as in gpt-oss) and, for FP8 inputs,
+``block_scales`` and ``block_rows`` (block quantization, fa3.fp8.quantize).
 
 Tensors are (batch, seqlen, nheads, headdim), or packed (total, nheads, headdim)
 for flash_attn_varlen_func; flash_attn_varlen_func and flash_attn_with_kvcache run
@@ -20,6 +21,7 @@ import torch
 
 from . import _checks
 from . import _kvcache
+from . import _torch_fp8_ops
 from . import _torch_ops
 from . import _torch_varlen_ops
 
@@ -43,6 +45,8 @@ def flash_attn_func(
     sm_margin=0,
     return_attn_probs=False,
     sinks=None,
+    block_scales=None,
+    block_rows=128,
 ):
     """Exact attention softmax(q kᵀ · softmax_scale) v, per head.
 
@@ -86,15 +90,33 @@ def flash_attn_func(
     attention_chunk=C > 0 (chunked attention, as Llama 4 uses): a query also sees only
     the keys of its own chunk of C positions, j // C == (i + seqlen_k - seqlen_q) // C.
 
-    Not supported yet (NotImplementedError): qv, q/k/v_descale, num_splits > 1,
-    pack_gqa=True, sm_margin != 0.
+    FP8 (forward only, CPU tensors for now; CUDA tensors raise NotImplementedError
+    until the FP8 kernel exists): q, k, v in torch.float8_e4m3fn give out in bfloat16.
+    Their real values are the codes times q/k/v_descale, float32 (batch, nheads_k) as
+    in FlashAttention-3 (query head h reads row h // (nheads / nheads_k)), times, with
+    block_scales = (q_scale, k_scale, v_scale) (fa3's own keyword, what
+    fa3.fp8.quantize returns), one float32 scale per block of block_rows rows of each
+    (batch, head): q_scale (batch, nheads, ceil(seqlen_q / block_rows)), k_scale and
+    v_scale (batch, nheads_k, ceil(seqlen_k / block_rows)). Each scale is optional (1).
+    The numerics are the FP8 kernel's (include/fa3/attention.h): P is rounded to e4m3
+    before P V.
+
+    Not supported yet (NotImplementedError): qv, num_splits > 1, pack_gqa=True,
+    sm_margin != 0.
     """
-    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin)
+    _checks.reject_unsupported(qv, None, None, None, num_splits, pack_gqa, sm_margin)
     chunk = _checks.attention_chunk_arg(attention_chunk)
     _checks.check_qkv(q, k, v)
     _checks.check_sinks(sinks, q)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, q.shape[1], k.shape[1])
+    fp8_scales = _checks.fp8_scales(q, q_descale, k_descale, v_descale, block_scales)
+    if q.dtype == torch.float8_e4m3fn or fp8_scales is not None:
+        out, softmax_lse = _torch_fp8_ops.attention_forward_fp8(
+            q, k, v, sinks, *(fp8_scales or (None,) * 6), int(block_rows), scale, is_causal, window_left,
+            window_right, float(softcap), chunk
+        )
+        return (out, softmax_lse) if return_attn_probs else out
     head_dim, head_dim_v = q.shape[3], v.shape[3]
     pad_qk, pad_v = _checks.head_dim_padding(q, k, v)
     if pad_qk:
@@ -128,6 +150,8 @@ def flash_attn_qkvpacked_func(
     sm_margin=0,
     return_attn_probs=False,
     sinks=None,
+    block_scales=None,
+    block_rows=128,
 ):
     """flash_attn_func on q, k, v packed in one tensor.
 
@@ -135,7 +159,7 @@ def flash_attn_qkvpacked_func(
     nheads_k, headdim) with num_heads_q given (GQA/MQA); packed, v has q's and k's
     head dim. q, k and v are taken as
     views, so the gradient lands in one (batch, seqlen, ...) tensor like qkv;
-    deterministic and sinks ((nheads_q,)) act as in flash_attn_func.
+    deterministic, sinks ((nheads_q,)) and the FP8 scales act as in flash_attn_func.
     """
     if not isinstance(qkv, torch.Tensor):
         raise TypeError(f"qkv: expected a torch.Tensor, got {type(qkv).__name__}")
@@ -171,6 +195,8 @@ def flash_attn_qkvpacked_func(
         sm_margin=sm_margin,
         return_attn_probs=return_attn_probs,
         sinks=sinks,
+        block_scales=block_scales,
+        block_rows=block_rows,
     )
 
 

@@ -64,12 +64,35 @@ struct VarlenInputs {
   }
 };
 
+// The scales of an FP8 call (fa3/attention.h's Fp8Args), each optional.
+struct Fp8Inputs {
+  std::optional<InArray> q_descale, k_descale, v_descale, q_block_scale, k_block_scale, v_block_scale;
+  int block_rows = 128;
+
+  Fp8Args to_args(Placement& where) const {
+    Fp8Args f;
+    const std::pair<const char*, std::pair<const std::optional<InArray>*, TensorView*>> fields[] = {
+        {"q_descale", {&q_descale, &f.q_descale}},         {"k_descale", {&k_descale, &f.k_descale}},
+        {"v_descale", {&v_descale, &f.v_descale}},         {"q_block_scale", {&q_block_scale, &f.q_block_scale}},
+        {"k_block_scale", {&k_block_scale, &f.k_block_scale}}, {"v_block_scale", {&v_block_scale, &f.v_block_scale}},
+    };
+    for (const auto& [name, field] : fields) {
+      if (*field.first) *field.second = to_view(name, **field.first, where);
+    }
+    f.block_rows = block_rows;
+    return f;
+  }
+};
+
 void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
              const std::optional<OutArray>& lse, const std::optional<InArray>& sinks, float softmax_scale, bool causal,
              int window_left, int window_right, float softcap, int attention_chunk, std::uintptr_t stream,
              int num_threads, const std::optional<InArray>& cu_seqlens_q, const std::optional<InArray>& cu_seqlens_k,
              const std::optional<InArray>& seqused_q, const std::optional<InArray>& seqused_k, int max_seqlen_q,
-             int max_seqlen_k) {
+             int max_seqlen_k, const std::optional<InArray>& q_descale, const std::optional<InArray>& k_descale,
+             const std::optional<InArray>& v_descale, const std::optional<InArray>& q_block_scale,
+             const std::optional<InArray>& k_block_scale, const std::optional<InArray>& v_block_scale,
+             int block_rows) {
   Placement where;
   ForwardArgs args;
   args.q = to_view("q", q, where);
@@ -81,6 +104,8 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
   args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
   args.varlen =
       VarlenInputs{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k}.to_args(where);
+  args.fp8 = Fp8Inputs{q_descale, k_descale, v_descale, q_block_scale, k_block_scale, v_block_scale, block_rows}
+                 .to_args(where);
 
   Status status;
   {
@@ -172,6 +197,28 @@ std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const
   return bytes;
 }
 
+void fp8_quantize(const InArray& input, const OutArray& output, const OutArray& scale, int block_rows, bool hadamard,
+                  std::uint64_t seed, std::uintptr_t stream) {
+  Placement where;
+  fp8::QuantizeArgs args;
+  args.input = to_view("input", input, where);
+  args.output = to_view("output", output, where);
+  args.scale = to_view("scale", scale, where);
+  args.block_rows = block_rows;
+  args.hadamard = hadamard;
+  args.seed = seed;
+  Status status;
+  {
+    nb::gil_scoped_release no_gil;
+    if (where.on_host()) {
+      status = cpu::quantize(args);
+    } else {
+      status = on_device(where.device_id(), [&] { return fp8::quantize(args, as_stream(stream)); });
+    }
+  }
+  raise_if_error(status);
+}
+
 // Host tensors run fa3::cpu's merge, CUDA tensors (all on one device) the merge kernel on
 // `stream`, with that device made current for the call.
 void merge_attention_states(const std::vector<InArray>& outs, const std::vector<InArray>& lses, const OutArray& out,
@@ -252,7 +299,9 @@ NB_MODULE(_C, m) {
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
         "attention_chunk"_a = 0, "stream"_a = 0, "num_threads"_a = 0, "cu_seqlens_q"_a.none() = nb::none(),
         "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(),
-        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "q_descale"_a.none() = nb::none(),
+        "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(), "q_block_scale"_a.none() = nb::none(),
+        "k_block_scale"_a.none() = nb::none(), "v_block_scale"_a.none() = nb::none(), "block_rows"_a = 128,
         "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k\n"
         "(batch, seqlen_k, nheads_kv, head_dim); v (batch, seqlen_k, nheads_kv, head_dim_v); out (batch, seqlen_q,\n"
         "nheads, head_dim_v); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
@@ -261,7 +310,24 @@ NB_MODULE(_C, m) {
         "path's thread count (0: all cores). Each is ignored on the other path. Variable-length batches\n"
         "(host tensors only for now): cu_seqlens_q and cu_seqlens_k, int32 (batch + 1), with optional seqused_q\n"
         "and seqused_k, int32 (batch), and max_seqlen_q / max_seqlen_k; q, k, v and out are then (total, nheads,\n"
-        "head_dim) and lse (nheads, total_q), as in FlashAttention-3's flash_attn_varlen_func.");
+        "head_dim) and lse (nheads, total_q), as in FlashAttention-3's flash_attn_varlen_func. FP8: e4m3 q, k, v\n"
+        "with a bf16 or fp16 out, and optional fp32 scales: q/k/v_descale (batch, nheads_kv), and block scales\n"
+        "q_block_scale (batch, nheads, ceil(seqlen_q / block_rows)), k/v_block_scale (batch, nheads_kv,\n"
+        "ceil(seqlen_k / block_rows)) (fa3/attention.h); host tensors only for now.");
+  m.def(
+      "hadamard_signs",
+      [](std::uint64_t seed, int head_dim) {
+        std::vector<bool> negative(static_cast<std::size_t>(head_dim > 0 ? head_dim : 0));
+        for (int c = 0; c < head_dim; ++c) negative[static_cast<std::size_t>(c)] = fa3::fp8::hadamard_sign(seed, c);
+        return negative;
+      },
+      "seed"_a, "head_dim"_a, "Whether each column's sign in fp8_quantize's Hadamard transform is -1 for `seed`.");
+  m.def("fp8_quantize", &fp8_quantize, "input"_a, "output"_a, "scale"_a, nb::kw_only(), "block_rows"_a = 128,
+        "hadamard"_a = false, "seed"_a = 0, "stream"_a = 0,
+        "FP8 quantization (fa3/fp8.h): writes output, e4m3 of input's shape (batch, seqlen, nheads, head_dim),\n"
+        "and scale, fp32 (batch, nheads, ceil(seqlen / block_rows)) absmax / 448 per block of rows, after the\n"
+        "random-sign Hadamard transform of seed `seed` along head_dim when hadamard is set. Host tensors: the\n"
+        "CPU version; CUDA tensors: one kernel on `stream`.");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(),
         "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "softmax_scale"_a = 0.f, "causal"_a = false,
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,

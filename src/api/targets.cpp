@@ -52,6 +52,10 @@ ValidationTarget gpu_target() {
   t.separate_head_dim_v = true;
   // No kernel reads cu_seqlens yet: varlen calls are refused after validation.
   t.supports_varlen = false;
+  // No FP8 kernel yet: e4m3 calls are refused after every other rule. The kernel will
+  // read one block scale per 128-row tile (fa3/attention.h's Fp8Args).
+  t.supports_fp8 = false;
+  t.fp8_block_rows = 128;
   t.locate = locate_pointer;
   return t;
 }
@@ -90,6 +94,7 @@ ValidationTarget cpu_target() {
   t.supports_sinks = true;
   t.supports_chunk = true;
   t.supports_varlen = true;
+  t.supports_fp8 = true;
   return t;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "api/validate_fp8.h"
 #include "api/validate_messages.h"
 #include "api/validate_varlen.h"
 #include "common/status_macros.h"
@@ -169,9 +170,12 @@ Status check_sinks_supported(const ValidationTarget& target) {
                      (target.space == ValidationTarget::Space::kDevice ? " on the GPU" : " on this path") + " yet");
 }
 
-Status check_dtype_and_head_dims(const TensorView& q, const TensorView& v, const ValidationTarget& target) {
+// `fp8_forward`: e4m3 inputs of a forward call, which check_fp8_supported refuses (or
+// not) after every other rule instead.
+Status check_dtype_and_head_dims(const TensorView& q, const TensorView& v, const ValidationTarget& target,
+                                 bool fp8_forward = false) {
   if (target.dtypes.empty()) return unsupported("no GPU kernels were built into this library");
-  if (std::find(target.dtypes.begin(), target.dtypes.end(), q.dtype) == target.dtypes.end()) {
+  if (!fp8_forward && std::find(target.dtypes.begin(), target.dtypes.end(), q.dtype) == target.dtypes.end()) {
     return unsupported(std::string("q: dtype ") + dtype_name(q.dtype) + " is not supported" +
                        (target.space == ValidationTarget::Space::kDevice ? " on the GPU" : " on the CPU path") +
                        "; supported: " + join(target.dtypes));
@@ -343,10 +347,12 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   FA3_RETURN_IF_ERROR(check_tensor("out", a.out, layout.rows));
   if (has_lse) FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, layout.lse));
 
-  FA3_RETURN_IF_ERROR(check_dtype_and_head_dims(a.q, a.v, target));
+  const bool fp8 = a.q.dtype == DType::kFloat8E4M3;
+  FA3_RETURN_IF_ERROR(check_dtype_and_head_dims(a.q, a.v, target, fp8));
   FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
   FA3_RETURN_IF_ERROR(check_same_dtype("v", a.v, a.q));
-  FA3_RETURN_IF_ERROR(check_same_dtype("out", a.out, a.q));
+  if (!fp8) FA3_RETURN_IF_ERROR(check_same_dtype("out", a.out, a.q));
+  FA3_RETURN_IF_ERROR(check_fp8_dtypes(a));
   if (has_lse) FA3_RETURN_IF_ERROR(check_lse_dtype(a.lse));
 
   Problem p;
@@ -355,6 +361,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   if (has_lse) FA3_RETURN_IF_ERROR(check_lse(layout, a.lse, p));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_head_vector("sinks", a.sinks, p));
   FA3_RETURN_IF_ERROR(check_indices(layout, a.varlen, target, &p));
+  FA3_RETURN_IF_ERROR(check_fp8_scales(a, p, target));
 
   if (device) {
     FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, layout.rows));
@@ -368,6 +375,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
   if (layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_supported(target));
+  FA3_RETURN_IF_ERROR(check_fp8_supported(a, target));
   p.has_sinks = has_sinks;
   *problem = p;
   return Status::ok();

@@ -33,6 +33,10 @@ struct ValidationTarget {
   bool supports_sinks = false;    // attention sinks (the sinks and dsinks arguments)
   bool supports_chunk = false;    // attention_chunk > 0
   bool supports_varlen = false;   // variable-length batches (ForwardArgs::varlen)
+  // e4m3 q, k, v in the forward (ForwardArgs::fp8); when fp8_block_rows > 0, the only
+  // Fp8Args::block_rows it takes with block scales.
+  bool supports_fp8 = false;
+  int fp8_block_rows = 0;
   // Device only: returns an empty string when `ptr` is memory the current device can
   // use, else a description of what it is ("host memory", "memory of device 1").
   // Left empty, pointer location is not checked (unit tests of the other rules).

@@ -78,14 +78,43 @@ std::int64_t element(const TensorView& t, std::int64_t i0, std::int64_t i1, std:
   return i0 * t.stride[0] + i1 * t.stride[1] + i2 * t.stride[2] + i3 * t.stride[3];
 }
 
+// The scale of the rows of one (batch, head) of an e4m3 tensor: its descale times the
+// scale of the row's block (fa3/attention.h's Fp8Args), each 1 when not given; 1 for
+// inputs of other dtypes, which carry no scales.
+struct RowScale {
+  float descale = 1.f;
+  const float* block = nullptr;  // this (batch, head)'s block scales, or none
+  std::int64_t block_stride = 0;
+  std::int64_t block_rows = 1;
+
+  RowScale() = default;
+  // `descale_head` indexes the (batch, nheads_kv) descale, `head` the block scales.
+  RowScale(const TensorView& descales, const TensorView& blocks, int rows_per_block, std::int64_t b,
+           std::int64_t descale_head, std::int64_t head) {
+    if (descales.defined()) {
+      descale = static_cast<const float*>(descales.data)[b * descales.stride[0] + descale_head * descales.stride[1]];
+    }
+    if (blocks.defined()) {
+      block = static_cast<const float*>(blocks.data) + b * blocks.stride[0] + head * blocks.stride[1];
+      block_stride = blocks.stride[2];
+      block_rows = rows_per_block;
+    }
+  }
+  float operator()(std::int64_t row) const {
+    return block == nullptr ? descale : descale * block[(row / block_rows) * block_stride];
+  }
+};
+
 // Copies `rows` rows (b, s0 + r, h, :) of a (batch, seqlen, nheads, head_dim) view into a
-// dense fp32 tile. Only rows inside the sequence are read.
+// dense fp32 tile, e4m3 codes times their row's scale. Only rows inside the sequence are
+// read.
 void load_tile(const TensorView& t, std::int64_t b, std::int64_t s0, std::int64_t rows, std::int64_t h, std::int64_t d,
-               float* tile) {
+               float* tile, const RowScale& scale = {}) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t base = element(t, b, s0 + r, h, 0);
+    const float row_scale = scale(s0 + r);
     for (std::int64_t c = 0; c < d; ++c) {
-      tile[r * d + c] = numeric::load_as_float(t.data, base + c * t.stride[3], t.dtype);
+      tile[r * d + c] = numeric::load_as_float(t.data, base + c * t.stride[3], t.dtype) * row_scale;
     }
   }
 }
@@ -129,11 +158,20 @@ void compute_scores(const Problem& p, const QueryBlock& blk, const ScoreMap& map
   }
 }
 
+// FP8 calls round the weights P V reads to e4m3, as the FP8 kernel's second MMA takes
+// them, after a shift by 2^8 that moves P from [0, 1] to [0, 256] (fa3/attention.h):
+// e4m3 then resolves weights down to 2^-17 instead of 2^-10. The shift is a power of
+// two, so scaling back is exact and the result is the rounded weight itself.
+constexpr float kFp8PShift = 256.f;
+
+float fp8_weight(float p) { return numeric::round_to_e4m3(p * kFp8PShift) * (1.f / kFp8PShift); }
+
 // The online softmax step for one key block: raise each row's running max, rescale
 // what was accumulated under the old max, turn scores into weights and add P V.
 // A row whose max is still -inf (nothing visible yet) uses 0 as its reference so
 // that exp2(-inf - -inf) never produces NaN: its weights and rescale factor are 0.
-void online_softmax_step(std::int64_t rows, std::int64_t cols, Tiles& t) {
+// With `fp8_p`, the sum adds the fp32 weights and P V the e4m3-rounded ones.
+void online_softmax_step(std::int64_t rows, std::int64_t cols, bool fp8_p, Tiles& t) {
   const std::int64_t d = t.head_dim_v;
   for (std::int64_t r = 0; r < rows; ++r) {
     float* s = &t.s[r * t.block_n];
@@ -145,12 +183,14 @@ void online_softmax_step(std::int64_t rows, std::int64_t cols, Tiles& t) {
     for (std::int64_t c = 0; c < cols; ++c) {
       s[c] = std::exp2(s[c] - ref);
       sum += s[c];
+      if (fp8_p) s[c] = fp8_weight(s[c]);
     }
     t.row_max[r] = new_max;
     t.row_sum[r] = t.row_sum[r] * rescale + sum;
 
-    // P stays fp32 here; the GPU kernel rounds it to the input dtype for its second
-    // MMA, which the CPU path has no reason to copy.
+    // For 16-bit inputs P stays fp32 here; the GPU kernel rounds it to the input dtype
+    // for its second MMA, which the CPU path has no reason to copy. For e4m3 inputs the
+    // rounding is the FP8 numerics the CPU path is the oracle of, so it copies it.
     float* acc = &t.acc[r * d];
     for (std::int64_t e = 0; e < d; ++e) acc[e] *= rescale;
     for (std::int64_t c = 0; c < cols; ++c) {
@@ -200,7 +240,15 @@ void store_block(const ForwardArgs& a, const QueryBlock& blk, float sink, const 
 void run_block(const Problem& p, const ForwardArgs& a, const ScoreMap& map, const QueryBlock& blk, Tiles& t) {
   const std::int64_t d = p.head_dim;
   const std::int64_t kv_head = blk.head / p.group_size();
-  load_tile(a.q, blk.batch, blk.row0, blk.rows, blk.head, d, t.q.data());
+  const bool fp8 = a.q.dtype == DType::kFloat8E4M3;
+  const Fp8Args& f = a.fp8;
+  const RowScale q_scale =
+      fp8 ? RowScale(f.q_descale, f.q_block_scale, f.block_rows, blk.batch, kv_head, blk.head) : RowScale();
+  const RowScale k_scale =
+      fp8 ? RowScale(f.k_descale, f.k_block_scale, f.block_rows, blk.batch, kv_head, kv_head) : RowScale();
+  const RowScale v_scale =
+      fp8 ? RowScale(f.v_descale, f.v_block_scale, f.block_rows, blk.batch, kv_head, kv_head) : RowScale();
+  load_tile(a.q, blk.batch, blk.row0, blk.rows, blk.head, d, t.q.data(), q_scale);
   std::fill(t.acc.begin(), t.acc.end(), 0.f);
   std::fill(t.row_max.begin(), t.row_max.end(), kNegInf);
   std::fill(t.row_sum.begin(), t.row_sum.end(), 0.f);
@@ -211,10 +259,10 @@ void run_block(const Problem& p, const ForwardArgs& a, const ScoreMap& map, cons
     for (std::int64_t nb = keys.first / bn; nb <= keys.last / bn; ++nb) {
       const std::int64_t n0 = nb * bn;
       const std::int64_t cols = std::min(bn, p.seqlen_k - n0);
-      load_tile(a.k, blk.batch, n0, cols, kv_head, d, t.k.data());
-      load_tile(a.v, blk.batch, n0, cols, kv_head, p.head_dim_v, t.v.data());
+      load_tile(a.k, blk.batch, n0, cols, kv_head, d, t.k.data(), k_scale);
+      load_tile(a.v, blk.batch, n0, cols, kv_head, p.head_dim_v, t.v.data(), v_scale);
       compute_scores(p, blk, map, n0, cols, t);
-      online_softmax_step(blk.rows, cols, t);
+      online_softmax_step(blk.rows, cols, fp8, t);
     }
   }
   store_block(a, blk, sink_log2(a, blk.head), t);

@@ -17,7 +17,8 @@ struct TiledCpuConfig {
 };
 
 // Writes args.out (and args.lse when given), with args.sinks when given. `p` comes from
-// validate_forward.
+// validate_forward. e4m3 inputs run the FP8 kernel's numerics (fa3/attention.h): their
+// scales applied as rows are loaded, P rounded to e4m3 for P V, the sum in fp32.
 void tiled_forward(const Problem& p, const ForwardArgs& args, const TiledCpuConfig& config = {});
 
 // One fixed-length problem and its arguments: a whole call, or one sequence of a varlen

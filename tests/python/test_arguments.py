@@ -46,7 +46,7 @@ def qkv(batch=1, seqlen_q=8, seqlen_k=8, nheads=4, nheads_k=2, head_dim=64, dtyp
 
 
 # fa3's own keywords, after all of FlashAttention-3's so that positional calls stay its.
-FA3_ADDITIONS = [("sinks", None)]
+FA3_ADDITIONS = [("sinks", None), ("block_scales", None), ("block_rows", 128)]
 
 
 def test_signature_matches_flash_attention_3():
@@ -83,9 +83,6 @@ def test_positional_arguments_follow_flash_attention_3():
     "option, value, names",
     [
         ("qv", "tensor", "qv"),
-        ("q_descale", "tensor", "q_descale"),
-        ("k_descale", "tensor", "k_descale"),
-        ("v_descale", "tensor", "v_descale"),
         ("num_splits", 2, "num_splits"),
         ("pack_gqa", True, "pack_gqa"),
         ("sm_margin", 4, "sm_margin"),
@@ -220,10 +217,11 @@ def test_negative_softcap():
         fa3.flash_attn_func(*qkv(), softcap=-1.0)
 
 
-def test_fp8_is_not_supported_on_cpu():
-    q, k, v = (t.to(torch.float8_e4m3fn) for t in qkv())
-    with pytest.raises(NotImplementedError, match=re.escape("dtype e4m3 is not supported")):
-        fa3.flash_attn_func(q, k, v)
+@pytest.mark.parametrize("option", ["q_descale", "k_descale", "v_descale"])
+def test_descales_need_fp8_inputs(option):
+    """FP8 scales with bf16 inputs are refused by name (test_fp8.py runs FP8 calls)."""
+    with pytest.raises(ValueError, match=re.escape(f"{option}: given, but q's dtype is bf16")):
+        fa3.flash_attn_func(*qkv(), **{option: torch.ones(1, 2)})
 
 
 def test_windows_that_restrict_nothing_are_plain_attention():

@@ -15,8 +15,9 @@ namespace fa3::test {
 
 // kDeviceWithSinks: the device-like target taking sinks, as the GPU's will once its
 // kernels do, so that the rules on sinks checked before the GPU's refusal can be broken;
-// kDeviceWithVarlen likewise for variable-length calls.
-enum class TargetKind { kDeviceLike, kCpu, kDeviceWithSinks, kDeviceWithVarlen };
+// kDeviceWithVarlen likewise for variable-length calls, kDeviceWithFp8 for e4m3 inputs
+// (taking any block_rows).
+enum class TargetKind { kDeviceLike, kCpu, kDeviceWithSinks, kDeviceWithVarlen, kDeviceWithFp8 };
 
 template <class Args>
 struct RuleCase {
@@ -51,6 +52,7 @@ inline ValidationTarget make_target(TargetKind kind) {
   ValidationTarget t = device_like_target();
   t.supports_sinks = kind == TargetKind::kDeviceWithSinks;
   t.supports_varlen = kind == TargetKind::kDeviceWithVarlen;
+  t.supports_fp8 = kind == TargetKind::kDeviceWithFp8;
   return t;
 }
 

@@ -41,9 +41,6 @@ std::vector<Rejection> rejections() {
        "k: data pointer is null"},
       {"v_dtype_mismatch", [](O&, T&, T&, T& v, T&, T&) { v.dtype = DType::kFloat16; },
        StatusCode::kInvalidArgument, "v: dtype fp16 does not match q's dtype bf16"},
-      {"dtype_e4m3",
-       [](O&, T& q, T& k, T& v, T& out, T&) { q.dtype = k.dtype = v.dtype = out.dtype = DType::kFloat8E4M3; },
-       StatusCode::kNotSupported, "q: dtype e4m3 is not supported"},
       {"head_dim_300",
        [](O&, T& q, T& k, T& v, T& out, T&) {
          for (T* t : {&q, &k, &v, &out}) resize_dim(*t, 3, 300);
@@ -115,6 +112,18 @@ TEST(CpuForwardRejection, BadSinksLeaveOutputsUntouched) {
   expect_status(cpu::forward(a), StatusCode::kInvalidArgument, "sinks: shape (3) must be (nheads_q) = (4)");
   EXPECT_TRUE(valid.out().equals(out_before));
   EXPECT_TRUE(valid.lse().equals(lse_before));
+}
+
+// e4m3 inputs run forward only (their forward's rules: tests/cpu/api/test_validate_fp8.cpp).
+TEST(CpuBackwardRejection, E4m3LeavesGradientsUntouched) {
+  ValidArgs valid;
+  BackwardArgs a = valid.backward();
+  a.q.dtype = a.k.dtype = a.v.dtype = a.out.dtype = a.dout.dtype = DType::kFloat8E4M3;
+  a.dq.dtype = a.dk.dtype = a.dv.dtype = DType::kFloat8E4M3;
+  for (HostBuffer* b : {&valid.dq(), &valid.dk(), &valid.dv()}) b->fill_nan_pattern();
+  const auto dq_before = valid.dq().snapshot();
+  expect_status(cpu::backward(a), StatusCode::kNotSupported, "q: dtype e4m3 is not supported on the CPU path");
+  EXPECT_TRUE(valid.dq().equals(dq_before));
 }
 
 TEST(CpuBackwardRejection, BadDsinksLeaveGradientsUntouched) {

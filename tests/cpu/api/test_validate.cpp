@@ -79,9 +79,10 @@ std::vector<Case> dtype_cases() {
        "no GPU kernels were built into this library"},
       {"dtype_fp32_on_device", on_args<Args>([all_dtype](Args& a) { all_dtype(a, DType::kFloat32); }),
        kUnsupported, "q: dtype fp32 is not supported on the GPU; supported: bf16, fp16"},
-      {"dtype_e4m3_on_cpu", on_args<Args>([all_dtype](Args& a) { all_dtype(a, DType::kFloat8E4M3); }),
-       kUnsupported, "q: dtype e4m3 is not supported on the CPU path; supported: fp32, fp16, bf16",
-       TargetKind::kCpu},
+      {"dtype_e4m3_on_device", on_args<Args>([](Args& a) { a.q.dtype = a.k.dtype = a.v.dtype = DType::kFloat8E4M3; }),
+       kUnsupported,
+       "q: dtype e4m3 (FP8) is not supported on the GPU yet: the FP8 kernel does not exist (fa3::cpu::forward runs e4m3 "
+       "inputs)"},
       {"k_dtype_mismatch", on_args<Args>([](Args& a) { a.k.dtype = DType::kFloat16; }), kInvalid,
        "k: dtype fp16 does not match q's dtype bf16"},
       {"v_dtype_mismatch", on_args<Args>([](Args& a) { a.v.dtype = DType::kFloat32; }), kInvalid,

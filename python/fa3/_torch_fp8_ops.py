@@ -1,0 +1,68 @@
+"""FP8 (e4m3) attention as a PyTorch custom operator: fa3::fwd_fp8.
+
+Forward only, as in FlashAttention-3 (its FP8 path has no backward): e4m3 q, k, v and
+their optional scales in, (out, lse) out, out in bfloat16. A custom op of its own
+rather than more inputs to fa3::fwd, whose autograd formula would have nothing to do
+with them; opaque to torch.compile like fa3::fwd (its fake implementation gives the
+shapes).
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _C
+from ._torch_ops import _forward_outputs, _placement
+
+
+@torch.library.custom_op("fa3::fwd_fp8", mutates_args=())
+def attention_forward_fp8(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    sinks: Optional[Tensor],
+    q_descale: Optional[Tensor],
+    k_descale: Optional[Tensor],
+    v_descale: Optional[Tensor],
+    q_block_scale: Optional[Tensor],
+    k_block_scale: Optional[Tensor],
+    v_block_scale: Optional[Tensor],
+    block_rows: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    attention_chunk: int,
+) -> tuple[Tensor, Tensor]:
+    """Returns (out, lse); the scales' shapes and meaning are fa3/attention.h's Fp8Args."""
+    out, lse = _forward_outputs(q, v)
+    _C.forward(
+        q,
+        k,
+        v,
+        out,
+        lse,
+        sinks=sinks,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_left=window_left,
+        window_right=window_right,
+        softcap=softcap,
+        attention_chunk=attention_chunk,
+        q_descale=q_descale,
+        k_descale=k_descale,
+        v_descale=v_descale,
+        q_block_scale=q_block_scale,
+        k_block_scale=k_block_scale,
+        v_block_scale=v_block_scale,
+        block_rows=block_rows,
+        **_placement(q),
+    )
+    return out, lse
+
+
+@attention_forward_fp8.register_fake
+def _attention_forward_fp8_fake(q, k, v, *_):
+    return _forward_outputs(q, v)

@@ -1,0 +1,139 @@
+// fa3/fp8.h's entry points: the rules of a quantize call, then the CPU version or the
+// GPU kernel.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "api/validate_messages.h"
+#include "common/hadamard.h"
+#include "common/status_macros.h"
+#include "fa3/device.h"
+#include "fa3/fp8.h"
+#include "hopper/fp8_quantize.h"
+#include "reference/fp8_quantize.h"
+
+namespace fa3 {
+namespace {
+
+using detail::cat;
+using detail::invalid;
+using detail::shape_string;
+using detail::unsupported;
+
+constexpr int kMaxHeadDim = 256;  // the kernel's registers: 8 columns per lane
+
+Status check_rows(const char* name, const TensorView& t) {
+  const std::string n = name;
+  if (t.data == nullptr) return invalid(n + ": data pointer is null");
+  if (t.rank != 4) return invalid(cat(n, ": expected a 4-d tensor (batch, seqlen, nheads, head_dim), got rank ", t.rank));
+  for (int d = 0; d < 4; ++d) {
+    if (t.shape[d] < 1) return invalid(cat(n, ": dim ", d, " must be >= 1, got ", t.shape[d]));
+    if (t.stride[d] < 0) return invalid(cat(n, ": stride of dim ", d, " must be >= 0, got ", t.stride[d]));
+  }
+  if (t.stride[3] != 1) return invalid(cat(n, ": last dimension must be contiguous (stride 1), got stride ", t.stride[3]));
+  return Status::ok();
+}
+
+// Every rule of fa3/fp8.h's QuantizeArgs; `locate` (device calls) says where a pointer
+// lives, "" for memory of the current device.
+template <class Locate>
+Status validate_quantize(const fp8::QuantizeArgs& a, Locate&& locate) {
+  FA3_RETURN_IF_ERROR(check_rows("input", a.input));
+  FA3_RETURN_IF_ERROR(check_rows("output", a.output));
+  const DType in = a.input.dtype;
+  if (in != DType::kFloat32 && in != DType::kFloat16 && in != DType::kBFloat16) {
+    return invalid(std::string("input: dtype must be fp32, fp16 or bf16, got ") + dtype_name(in));
+  }
+  if (a.output.dtype != DType::kFloat8E4M3) {
+    return invalid(std::string("output: dtype must be e4m3, got ") + dtype_name(a.output.dtype));
+  }
+  for (int d = 0; d < 4; ++d) {
+    if (a.output.shape[d] != a.input.shape[d]) {
+      return invalid("output: shape " + shape_string(a.output) + " must equal input's shape " +
+                     shape_string(a.input));
+    }
+  }
+  if (a.block_rows < 1) return invalid(cat("block_rows must be >= 1, got ", a.block_rows));
+  const std::int64_t blocks = (a.input.shape[1] + a.block_rows - 1) / a.block_rows;
+  const TensorView& s = a.scale;
+  if (s.data == nullptr) return invalid("scale: data pointer is null");
+  if (s.rank != 3) return invalid(cat("scale: expected a 3-d tensor (batch, nheads, blocks), got rank ", s.rank));
+  if (s.dtype != DType::kFloat32) return invalid(std::string("scale: dtype must be fp32, got ") + dtype_name(s.dtype));
+  if (s.shape[0] != a.input.shape[0] || s.shape[1] != a.input.shape[2] || s.shape[2] != blocks) {
+    return invalid(cat("scale: shape ", shape_string(s), " must be (batch, nheads, ceil(seqlen / block_rows)) = (",
+                       a.input.shape[0], ", ", a.input.shape[2], ", ", blocks, ")"));
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (s.stride[d] < 0) return invalid(cat("scale: stride of dim ", d, " must be >= 0, got ", s.stride[d]));
+  }
+  const std::int64_t head_dim = a.input.shape[3];
+  if (head_dim > kMaxHeadDim) {
+    return unsupported(cat("input: head dim ", head_dim, " is not supported; supported: 1 to ", kMaxHeadDim));
+  }
+  if (a.hadamard && head_dim % 32 != 0) {
+    return invalid(cat("input: head dim ", head_dim,
+                       " is not a multiple of 32, as the Hadamard transform needs (hadamard=false quantizes it)"));
+  }
+  const char* names[] = {"input", "output", "scale"};
+  const TensorView* views[] = {&a.input, &a.output, &a.scale};
+  for (int i = 0; i < 3; ++i) {
+    if (reinterpret_cast<std::uintptr_t>(views[i]->data) % dtype_size(views[i]->dtype) != 0) {
+      return invalid(std::string(names[i]) + ": data pointer is not aligned to its element size");
+    }
+    const std::string where = locate(views[i]->data);
+    if (!where.empty()) return invalid(std::string(names[i]) + ": pointer is " + where + ", not memory of the current CUDA device");
+  }
+  return Status::ok();
+}
+
+// "" when `ptr` is memory of the current device (or managed memory).
+std::string device_memory(const void* ptr) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return "not a CUDA pointer";
+  }
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return "unusable: no current CUDA device";
+  }
+  if ((attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) && attr.device == dev) return "";
+  return attr.type == cudaMemoryTypeDevice ? "memory of CUDA device " + std::to_string(attr.device) : "host memory";
+}
+
+}  // namespace
+
+namespace fp8 {
+
+int hadamard_size(int head_dim) { return hadamard::block_size(head_dim); }
+
+bool hadamard_sign(std::uint64_t seed, int column) { return hadamard::negative(seed, column); }
+
+Status quantize(const QuantizeArgs& args, cudaStream_t stream) {
+  FA3_RETURN_IF_ERROR(validate_quantize(args, device_memory));
+  const cudaError_t err = hopper::launch_fp8_quantize(args, stream);
+  if (err != cudaSuccess) {
+    return {StatusCode::kCudaError, std::string("fa3::fp8::quantize: ") + cudaGetErrorString(err)};
+  }
+  return Status::ok();
+}
+
+}  // namespace fp8
+
+namespace cpu {
+
+Status quantize(const fp8::QuantizeArgs& args) {
+  FA3_RETURN_IF_ERROR(validate_quantize(args, [](const void*) { return std::string(); }));
+  try {
+    reference::fp8_quantize(args);
+  } catch (const std::exception& e) {
+    return {StatusCode::kInternal, std::string("fa3::cpu::quantize: ") + e.what()};
+  }
+  return Status::ok();
+}
+
+}  // namespace cpu
+}  // namespace fa3

@@ -1,0 +1,166 @@
+"""FP8 (e4m3) in Python: fa3.fp8.quantize (block scales, the random-sign Hadamard
+transform) and flash_attn_func on e4m3 tensors with their scales, on the CPU path;
+the GPU kernel of quantize against the CPU version and the GPU's refusal of FP8
+attention on a Hopper GPU.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fa3  # noqa: E402
+from attention_reference import reference  # noqa: E402
+from gpu_support import gpu_skip_reason  # noqa: E402
+
+E4M3 = torch.float8_e4m3fn
+
+
+def inputs(batch=1, seqlen_q=200, seqlen_k=300, nheads=4, nheads_k=2, head_dim=128, outliers=True, seed=0):
+    """q, k, v ~ N(0, 1) with, as TESTING.md asks of FP8, 0.1 % of the entries 10x."""
+    g = torch.Generator().manual_seed(seed)
+
+    def one(shape):
+        x = torch.randn(shape, generator=g)
+        if outliers:
+            x = torch.where(torch.rand(shape, generator=g) < 1e-3, 10 * x, x)
+        return x
+
+    return (
+        one((batch, seqlen_q, nheads, head_dim)),
+        one((batch, seqlen_k, nheads_k, head_dim)),
+        one((batch, seqlen_k, nheads_k, head_dim)),
+    )
+
+
+def dequantize(codes, scale, block):
+    """codes (b, s, h, d) times their block's scale (b, h, blocks), in float32."""
+    per_row = scale.repeat_interleave(block, dim=2)[:, :, : codes.shape[1]]  # (b, h, s)
+    return codes.float() * per_row.transpose(1, 2)[..., None]
+
+
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
+def test_hadamard_keeps_scores(head_dim):
+    """The transform of q and k with one seed leaves q kᵀ unchanged to float32 rounding."""
+    q, k, _ = inputs(seqlen_q=50, seqlen_k=60, head_dim=head_dim, outliers=False)
+    hq, hk = fa3.fp8.hadamard_transform(q, seed=5), fa3.fp8.hadamard_transform(k, seed=5)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q[:, :, :2].double(), k.double())
+    rotated = torch.einsum("bqhd,bkhd->bhqk", hq[:, :, :2].double(), hk.double())
+    bound = 8 * 2.0**-24 * torch.einsum("bqhd,bkhd->bhqk", q[:, :, :2].double().abs(), k.double().abs())
+    assert ((rotated - scores).abs() <= bound).all()
+    assert not torch.equal(hq, q)
+
+
+def test_quantize_follows_the_definition():
+    """Scales are each block's absmax / 448 of the transformed rows, and the codes the
+    e4m3 rounding (torch's own conversion) of the values over the scale."""
+    q, k, v = inputs(seqlen_q=300, seqlen_k=129)
+    qkv8 = fa3.fp8.quantize(q, k, v, block=128, hadamard=True, seed=3)
+    assert qkv8.q.dtype == E4M3 and qkv8.q.shape == q.shape
+    assert qkv8.q_scale.shape == (1, 4, 3) and qkv8.k_scale.shape == (1, 2, 2)
+    for codes, scale, x in ((qkv8.q, qkv8.q_scale, fa3.fp8.hadamard_transform(q, 3)), (qkv8.v, qkv8.v_scale, v)):
+        blocks = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, -x.shape[1] % 128)).unflatten(1, (-1, 128))
+        absmax = blocks.abs().amax(dim=(2, 4)).transpose(1, 2)  # (b, h, blocks)
+        assert torch.equal(scale, absmax / 448)
+        inv = (448 / absmax).repeat_interleave(128, dim=2)[:, :, : x.shape[1]].transpose(1, 2)[..., None]
+        assert torch.equal(codes.view(torch.uint8), (x * inv).to(E4M3).view(torch.uint8))
+
+
+def test_signs_come_from_the_seed():
+    q, k, v = inputs(seqlen_q=64, seqlen_k=64)
+    first = fa3.fp8.quantize(q, k, v, seed=11)
+    again = fa3.fp8.quantize(q, k, v, seed=11)
+    other = fa3.fp8.quantize(q, k, v, seed=12)
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(first[:3], again[:3]))
+    assert not torch.equal(first.q.view(torch.uint8), other.q.view(torch.uint8))
+    assert torch.equal(first.v.view(torch.uint8), other.v.view(torch.uint8)), "v is never transformed"
+    assert fa3._C.hadamard_signs(11, 128) == fa3._C.hadamard_signs(11, 128)
+    assert fa3._C.hadamard_signs(11, 128) != fa3._C.hadamard_signs(12, 128)
+
+
+def fp8_reference(qkv8, **mask):
+    """The exact attention of the dequantized inputs (the scores of the transformed q and
+    k equal the original ones')."""
+    q, k, v = (dequantize(c, s, qkv8.block) for c, s in zip(qkv8[:3], qkv8.block_scales))
+    return reference(q.double(), k.double(), v.double(), dtype=torch.float64, **mask)
+
+
+def relative_error(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_flash_attn_func_runs_block_quantized_fp8(causal, hadamard):
+    """The FP8 accuracy rule (TESTING.md): the reference from the quantized values, the
+    relative error capped at 4e-2 (P's e4m3 rounding: tests/cpu/reference/test_fp8.cpp)."""
+    q, k, v = inputs(head_dim=96)
+    qkv8 = fa3.fp8.quantize(q, k, v, block=64, hadamard=hadamard, seed=1)
+    out, lse = fa3.flash_attn_func(
+        qkv8.q, qkv8.k, qkv8.v, causal=causal, block_scales=qkv8.block_scales, block_rows=64, return_attn_probs=True
+    )
+    assert out.dtype == torch.bfloat16 and out.shape == (1, 200, 4, 96) and lse.dtype == torch.float32
+    ref_out, ref_lse = fp8_reference(qkv8, causal=causal)
+    assert relative_error(out, ref_out) < 4e-2
+    assert torch.allclose(lse.double(), ref_lse.double(), atol=1e-4, rtol=1e-5)
+
+
+def test_flash_attn_func_takes_descales():
+    """FlashAttention-3's per-(batch, kv head) descales: one scale per tensor here."""
+    q, k, v = inputs(batch=2)
+    codes, descales = [], []
+    for x in (q, k, v):
+        scale = x.abs().amax() / 448
+        codes.append((x / scale).to(E4M3))
+        descales.append(scale.expand(2, 2).contiguous())
+    out = fa3.flash_attn_func(*codes, q_descale=descales[0], k_descale=descales[1], v_descale=descales[2])
+    ref_out, _ = reference(*(c.double() * s[0, 0] for c, s in zip(codes, descales)), dtype=torch.float64)
+    assert relative_error(out, ref_out) < 4e-2
+    plain = fa3.flash_attn_func(*codes)
+    assert not torch.equal(out, plain), "the descales must take effect"
+
+
+def test_flash_attn_func_fp8_rules():
+    q, k, v = inputs(seqlen_q=64, seqlen_k=64)
+    qkv8 = fa3.fp8.quantize(q, k, v, block=32)
+    with pytest.raises(ValueError, match=r"q_block_scale: shape \(1, 4, 2\) must be"):
+        fa3.flash_attn_func(qkv8.q, qkv8.k, qkv8.v, block_scales=qkv8.block_scales)  # block_rows 128
+    with pytest.raises(TypeError, match="block_scales: expected"):
+        fa3.flash_attn_func(qkv8.q, qkv8.k, qkv8.v, block_scales=qkv8.q_scale[0, 0, :2].tolist())
+    with pytest.raises(ValueError, match="k_descale: is on meta but q is on cpu"):
+        fa3.flash_attn_func(qkv8.q, qkv8.k, qkv8.v, k_descale=torch.ones(1, 2, device="meta"))
+    with pytest.raises(ValueError, match="q_block_scale: given, but q's dtype is bf16"):
+        fa3.flash_attn_func(q.bfloat16(), k.bfloat16(), v.bfloat16(), block_scales=qkv8.block_scales, block_rows=32)
+    with pytest.raises(ValueError, match="input: head dim 72 is not a multiple of 32"):
+        fa3.fp8.quantize(q[..., :72], k[..., :72], v[..., :72])
+
+
+def test_fake_shapes_under_fp8():
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        q = torch.empty(2, 100, 8, 128, dtype=E4M3)
+        k = torch.empty(2, 70, 2, 128, dtype=E4M3)
+        out = fa3.flash_attn_func(q, k, k, q_descale=torch.empty(2, 2))
+        assert out.shape == (2, 100, 8, 128) and out.dtype == torch.bfloat16
+
+
+GPU_SKIP = gpu_skip_reason()
+
+
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+def test_gpu_refuses_fp8_attention():
+    q, k, v = (t.cuda() for t in inputs(seqlen_q=128, seqlen_k=128))
+    qkv8 = fa3.fp8.quantize(q, k, v)
+    with pytest.raises(NotImplementedError, match=r"e4m3 \(FP8\) is not supported on the GPU yet"):
+        fa3.flash_attn_func(qkv8.q, qkv8.k, qkv8.v, block_scales=qkv8.block_scales)
+
+
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
+def test_gpu_quantize_matches_cpu_bitwise(dtype, head_dim):
+    q, k, v = (t.to(dtype) for t in inputs(batch=2, seqlen_q=1000, seqlen_k=777, head_dim=head_dim))
+    cpu = fa3.fp8.quantize(q, k, v, seed=9)
+    gpu = fa3.fp8.quantize(q.cuda(), k.cuda(), v.cuda(), seed=9)
+    for a, b in zip(cpu[:3], gpu[:3]):
+        assert torch.equal(a.view(torch.uint8), b.cpu().view(torch.uint8))
+    for a, b in zip(cpu[3:6], gpu[3:6]):
+        assert torch.equal(a, b.cpu())
