@@ -49,8 +49,9 @@ ValidationTarget gpu_target() {
   // A separate V head dim runs on the forward kernels built for one (FA3_HEAD_DIM_PAIRS);
   // a pair without one is refused when dispatched, naming both head dims.
   t.separate_head_dim_v = true;
-  // No kernel reads cu_seqlens yet: varlen calls are refused after validation.
-  t.supports_varlen = false;
+  // Varlen forward calls run on the forward kernels once the build switches them on
+  // (hopper::fwd_varlen_enabled); until then they are refused after validation.
+  t.supports_varlen = hopper::fwd_varlen_enabled();
   t.locate = locate_pointer;
   return t;
 }
@@ -59,8 +60,9 @@ ValidationTarget gpu_backward_target() {
   ValidationTarget t = gpu_target();
   t.dtypes = hopper::bwd_dtypes();
   t.head_dims = hopper::bwd_head_dims();
-  // The backward kernels take equal head dims only.
+  // The backward kernels take equal head dims only, and no varlen call yet.
   t.separate_head_dim_v = false;
+  t.supports_varlen = false;
   t.backward_workspace = [](const Problem& p, bool deterministic) {
     return hopper::bwd_workspace(p, deterministic).bytes;
   };
