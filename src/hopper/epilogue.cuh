@@ -65,7 +65,7 @@ struct FwdEpilogue {
     if constexpr (Traits::kCfg.o_store == OStore::kRegisters) {
       store_o_from_registers(params.p, tid, tile, seq, tOrO);
     } else {
-      if (params.p.cu_seqlens_q != nullptr) {
+      if (is_varlen(params.p)) {
         // O in Q's buffer: the other warpgroups' QueryRead arrivals are taken as the
         // store through shared memory would take them, so that the barrier's count
         // stays in step.
@@ -132,7 +132,7 @@ struct FwdEpilogue {
   __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const SeqBounds& seq,
                                    const float (&lse)[kRows]) {
     using namespace cute;
-    if (!kStoreWarp || p.cu_seqlens_q != nullptr) {
+    if (!kStoreWarp || is_varlen(p)) {
       if (p.lse != nullptr && tid % 4 == 0) {
         float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
         CUTE_UNROLL

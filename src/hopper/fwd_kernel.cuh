@@ -118,6 +118,14 @@ struct FwdKernel {
             mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(first)};
   }
 
+  // The mask of sequence `batch` (the producer's: the consumers have the bounds from the
+  // tile's slot). Read where it is used, so that the producer, whose registers are few,
+  // keeps no bounds live across its loads.
+  __device__ static Mask sequence_mask(const FwdParams& p, const Mask& mask, int batch) {
+    const SeqBounds seq = seq_bounds(p, batch);
+    return for_sequence(mask, seq.seqlen_q, seq.seqlen_k);
+  }
+
   // Tile `t` or, in a varlen call, the first from it on (in the CTA's order) whose
   // cluster's first query block starts inside its sequence: the longest sequence sets
   // how many query blocks every (head, batch entry) has, and the others' blocks past
@@ -125,7 +133,7 @@ struct FwdKernel {
   // of a cluster run one cluster's blocks of one head, so they skip alike. Every tile
   // skipped is drawn, so that the counter's protocol (TileScheduler::next) holds.
   __device__ static int skip_empty(const Params& params, const Scheduler& scheduler, int t) {
-    if (params.p.cu_seqlens_q == nullptr) return t;
+    if (!is_varlen(params.p)) return t;
 #pragma unroll 1
     for (; scheduler.valid(t); t = scheduler.next(t, params.tile_counter)) {
       const TileCoord tile = scheduler.coord(t);
@@ -160,11 +168,10 @@ struct FwdKernel {
           // first K/V loads.
           next = skip_empty(params, scheduler, scheduler.next(t, params.tile_counter));
           const TileCoord tile = scheduler.coord(t);
-          const SeqBounds seq = seq_bounds(params.p, tile.batch);
-          const BlockRange keys = tile_key_blocks(for_sequence(mask, seq.seqlen_q, seq.seqlen_k), tile.m_block);
-          producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, seq, keys);
+          const BlockRange keys = tile_key_blocks(sequence_mask(params.p, mask, tile.batch), tile.m_block);
+          producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
           producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
-          producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, seq, keys);
+          producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, keys);
         } else if (!kQAhead) {
           producer.announce(params, smem, q_pipe, scheduler, t);  // no more tiles
         }
@@ -182,7 +189,7 @@ struct FwdKernel {
   // 0, but 0 times NaN is NaN; the consumers clear them (FwdConsumer::mma_tile). Returns
   // how many of the block's keys are the sequence's (kBlockN: nothing to clear).
   __device__ static int v_rows_to_clear(const FwdParams& p, const SeqBounds& seq, BlockRange keys) {
-    if (p.cu_seqlens_k == nullptr || keys.end <= keys.begin) return Traits::kBlockN;
+    if (!is_varlen(p) || keys.end <= keys.begin) return Traits::kBlockN;
     const int valid = seq.seqlen_k - (keys.end - 1) * Traits::kBlockN;
     return valid < Traits::kBlockN ? valid : Traits::kBlockN;
   }

@@ -80,10 +80,8 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   };
   const Stride q_stride = strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, rows_q, p.nheads_q, p.head_dim);
   const Stride k_stride = strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, rows_k, p.nheads_kv, p.head_dim);
-  const Stride v_stride =
-      strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, rows_k, p.nheads_kv, p.head_dim_v);
-  const Stride o_stride =
-      strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, rows_q, p.nheads_q, p.head_dim_v);
+  const Stride v_stride = strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, rows_k, p.nheads_kv, p.head_dim_v);
+  const Stride o_stride = strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, rows_q, p.nheads_q, p.head_dim_v);
   const StrideVt vt_stride{_1{}, get<0>(v_stride), get<2>(v_stride), get<3>(v_stride)};
 
   // The CTAs of a cluster run neighbouring query blocks of one head: each head gets a

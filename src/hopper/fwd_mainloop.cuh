@@ -45,18 +45,18 @@ struct FwdProducer {
   // buffer.
   template <class Params>
   __device__ void load_first_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                                TileCoord tile, const SeqBounds& seq, BlockRange keys) {
+                                TileCoord tile, BlockRange keys) {
     if (keys.end <= keys.begin) return;
     const int n_end = keys.end;
-    with_kv_tensors(params, smem, tile, seq, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
+    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
       load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n_end - 1);
     });
   }
 
   template <class Params>
   __device__ void load_rest_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                               TileCoord tile, const SeqBounds& seq, BlockRange keys) {
-    with_kv_tensors(params, smem, tile, seq, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
+                               TileCoord tile, BlockRange keys) {
+    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
       // Not unrolled: unrolled, the compiler keeps each copy's key offset live across
       // the loop, and the producer's few registers spill.
 #pragma unroll 1
@@ -85,22 +85,23 @@ struct FwdProducer {
     const FwdParams& p = params.p;
     const bool valid = scheduler.valid(t);
     const TileCoord tile = valid ? scheduler.coord(t) : TileCoord{-1, 0, 0};
-    // Read before the wait, so that the loads (from global memory in a varlen call)
-    // are in flight while the stage frees.
-    const SeqBounds seq = valid ? seq_bounds(p, tile.batch) : SeqBounds{0, 0, 0, 0};
     q_pipe.producer_wait(q_state);
-    // The coordinates are written after the stage is free and before the arrival
-    // publishes them.
+    // The coordinates and the bounds are written after the stage is free and before the
+    // arrival publishes them; the bounds are read only here, so that no more of them
+    // than the store needs is live in the producer's few registers.
     arch::compiler_barrier();
-    smem.tile[q_state.index] = FwdTileSlot{tile, seq};
+    smem.tile[q_state.index].tile = tile;
+    const SeqBounds seq = valid ? seq_bounds(p, tile.batch) : SeqBounds{0, 0, 0, 0};
+    smem.tile[q_state.index].seq = seq;
     arch::compiler_barrier();
     if (valid) {
       // A varlen call's rows start at the sequence's offset, not on a block boundary;
       // the block's rows past its end are the next sequence's (or TMA's zero fill),
       // computed and never stored.
       Tensor mQ = params.tma_q.get_tma_tensor(make_shape(q_rows(p), p.head_dim, p.nheads_q, tensor_batches(p)));
-      Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ(_, _, tile.head, tensor_batch(p, tile.batch))),
-                             Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
+      Tensor mQh = mQ(_, _, tile.head, tensor_batch(p, tile.batch));
+      Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQh), Shape<BM, D>{},
+                             make_coord(tile.m_block, _0{}));
       Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});  // (BM, D, q stages)
       auto [tQgQ, tQsQ] =
           tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
@@ -139,11 +140,12 @@ struct FwdProducer {
   // whose keys start at the sequence's offset (a varlen call's, else 0).
   template <class Params, class Fn>
   __device__ __forceinline__ void with_kv_tensors(const Params& params, SharedStorage& smem, TileCoord tile,
-                                                  const SeqBounds& seq, Fn&& fn) {
+                                                  Fn&& fn) {
     using namespace cute;
     const FwdParams& p = params.p;
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
     const int batch = tensor_batch(p, tile.batch);
+    const SeqBounds seq = seq_bounds(p, tile.batch);
 
     Tensor mK = params.tma_k.get_tma_tensor(make_shape(k_rows(p), p.head_dim, p.nheads_kv, tensor_batches(p)));
     Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK(_, _, head_kv, batch)), Shape<BN, D>{},
@@ -233,7 +235,7 @@ struct FwdConsumer {
     v_state.advance();
   }
 
-  // Sets V's rows for keys [valid, kBlockN) of stage `stage` to zero (see
+  // Sets V's rows for keys [valid, kBlockN) of the current V stage to zero (see
   // FwdKernel::v_rows_to_clear), once the stage has landed, and makes the zeros visible
   // to this warpgroup's GEMMs. Every warpgroup that runs the block clears it before its
   // first P·V of it; another may be clearing the same rows while this one's GEMM reads
@@ -294,8 +296,8 @@ struct FwdConsumer {
   // cleared before they are read (FwdKernel::v_rows_to_clear).
   template <class QFragment, class TensorO, class Softmax, class QueryRead, class LastPvIssued>
   __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe, Pipeline& v_pipe,
-                           const Mask& mask, int m_block, BlockRange keys, int v_valid, TensorO& tOrO,
-                           Softmax& softmax, QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
+                           const Mask& mask, int m_block, BlockRange keys, int v_valid, TensorO& tOrO, Softmax& softmax,
+                           QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
@@ -353,6 +355,10 @@ struct FwdConsumer {
     auto o = rowcol_view(tOrO);
     float rescale[Softmax::kRowsPerThread];
 
+    // The block whose V may need clearing is the tile's last; this warpgroup runs it
+    // unless it skipped it above. Cleared before the first Q·Kᵀ, while S holds no
+    // registers yet.
+    if (v_valid < Traits::kBlockN && n_own == n_end) clear_v_rows(smem, v_pipe, v_valid);
     int n = n_own - 1;
     k_pipe.consumer_wait(k_state);
     turn_wait();
@@ -361,9 +367,6 @@ struct FwdConsumer {
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     scores_to_probs<true>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
-    // The block whose V may need clearing is the tile's last; this warpgroup runs it
-    // unless it skipped it above.
-    if (v_valid < Traits::kBlockN && n_own == n_end) clear_v_rows(smem, v_pipe, v_valid);
     auto rP = convert_fragment<Element>(tSrS);
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
 

@@ -43,6 +43,22 @@ struct alignas(16) TileSlot {
   TileCoord tile;
 };
 
+// Whether the kernels carry the varlen paths at all: only in a build with FA3_GPU_VARLEN,
+// so that until those paths have run on a GPU the default build's kernels are the
+// fixed-length ones, every varlen branch folded away (they add registers where the
+// tightest configurations have none to spare).
+#ifdef FA3_GPU_VARLEN
+inline constexpr bool kVarlenKernels = true;
+#else
+inline constexpr bool kVarlenKernels = false;
+#endif
+
+// Whether a call is varlen (FwdParams::cu_seqlens_q), as the kernels see it.
+template <class Params>
+__host__ __device__ bool is_varlen(const Params& p) {
+  return kVarlenKernels && p.cu_seqlens_q != nullptr;
+}
+
 // A tile's sequence: the first of its batch entry's rows in the tensors as the kernels
 // see them, and how many of them take part. For a fixed-length call that is offset 0 and
 // the call's lengths; for a varlen call (FwdParams::cu_seqlens_q) the sequence's own.
@@ -55,7 +71,7 @@ struct SeqBounds {
 
 template <class Params>
 __host__ __device__ SeqBounds seq_bounds(const Params& p, int batch) {
-  if (p.cu_seqlens_q == nullptr) return {0, 0, p.seqlen_q, p.seqlen_k};
+  if (!is_varlen(p)) return {0, 0, p.seqlen_q, p.seqlen_k};
   const int offset_q = p.cu_seqlens_q[batch];
   const int offset_k = p.cu_seqlens_k[batch];
   const int seqlen_q = p.seqused_q != nullptr ? p.seqused_q[batch] : p.cu_seqlens_q[batch + 1] - offset_q;
@@ -67,22 +83,22 @@ __host__ __device__ SeqBounds seq_bounds(const Params& p, int batch) {
 // call's packed tensors are one batch entry of all the rows.
 template <class Params>
 __host__ __device__ int tensor_batch(const Params& p, int batch) {
-  return p.cu_seqlens_q == nullptr ? batch : 0;
+  return is_varlen(p) ? 0 : batch;
 }
 
 // The shape of the tensors as the kernels see them (rows, batch entries): a varlen call's
 // are one entry of all the packed rows.
 template <class Params>
 __host__ __device__ int q_rows(const Params& p) {
-  return p.cu_seqlens_q == nullptr ? p.seqlen_q : p.total_q;
+  return is_varlen(p) ? p.total_q : p.seqlen_q;
 }
 template <class Params>
 __host__ __device__ int k_rows(const Params& p) {
-  return p.cu_seqlens_q == nullptr ? p.seqlen_k : p.total_k;
+  return is_varlen(p) ? p.total_k : p.seqlen_k;
 }
 template <class Params>
 __host__ __device__ int tensor_batches(const Params& p) {
-  return p.cu_seqlens_q == nullptr ? p.batch : 1;
+  return is_varlen(p) ? 1 : p.batch;
 }
 
 // The forward's tile handed from the producer to the consumers: the coordinates and the

@@ -401,9 +401,9 @@ void expect_for_sequence_matches_own_call(int max_q, int max_k, int left, int ri
       for (int key = 0; key < sk; ++key) {
         bool visible = key < mask.visible_end(row);
         if constexpr (Mask::kGeneral) visible = visible && key >= mask.visible_begin(row);
-        ASSERT_EQ(visible, own.visible(row, key)) << "max (" << max_q << ", " << max_k << ") sequence (" << sq << ", "
-                                                  << sk << ") window (" << left << ", " << right << ") chunk "
-                                                  << chunk << " row " << row << " key " << key;
+        ASSERT_EQ(visible, own.visible(row, key))
+            << "max (" << max_q << ", " << max_k << ") sequence (" << sq << ", " << sk << ") window (" << left << ", "
+            << right << ") chunk " << chunk << " row " << row << " key " << key;
       }
       EXPECT_EQ(mask.template key_blocks<64>(row, row + 1), own_mask.template key_blocks<64>(row, row + 1));
     }

@@ -143,6 +143,7 @@ TEST(SeqBounds, FixedLengthIsTheCallAndVarlenIsEachSequence) {
             std::make_tuple(0, 0, 100, 200));
   EXPECT_EQ(tensor_batch(p, 2), 2);
   EXPECT_EQ(std::make_tuple(q_rows(p), k_rows(p), tensor_batches(p)), std::make_tuple(100, 200, 3));
+  if (!kVarlenKernels) GTEST_SKIP() << "the kernels carry no varlen path in this build (FA3_GPU_VARLEN off)";
 
   const int cu_q[] = {0, 5, 5, 133}, cu_k[] = {0, 0, 17, 300};
   const int used_q[] = {4, 0, 128}, used_k[] = {0, 9, 250};

@@ -48,9 +48,7 @@ std::vector<Mix> mixes() {
       {"boundaries", {{127, 127}, {128, 128}, {129, 129}, {64, 192}, {256, 80}, {3, 17}}},
       {"zero_lengths", {{0, 0}, {5, 0}, {0, 7}, {113, 239}, {0, 0}, {1, 1024}}},
       {"long_and_short", {{1025, 1023}, {1, 2}, {239, 113}, {2, 799}}},
-      {"seqused",
-       {{130, 140, 128, 129}, {17, 300, 0, 257}, {64, 64, 64, 0}, {200, 150, 177, 150}, {9, 9, 1, 9}},
-       true},
+      {"seqused", {{130, 140, 128, 129}, {17, 300, 0, 257}, {64, 64, 64, 0}, {200, 150, 177, 150}, {9, 9, 1, 9}}, true},
   };
 }
 
@@ -117,7 +115,8 @@ struct PackedBatch {
     args.varlen.max_seqlen_k = max_k;
     if (with_sinks) {
       std::vector<float> host(static_cast<std::size_t>(heads_q));
-      for (std::int64_t h = 0; h < heads_q; ++h) host[static_cast<std::size_t>(h)] = 0.25f * static_cast<float>(h) - 1.f;
+      for (std::int64_t h = 0; h < heads_q; ++h)
+        host[static_cast<std::size_t>(h)] = 0.25f * static_cast<float>(h) - 1.f;
       sinks = DeviceBuffer(host.size() * sizeof(float));
       EXPECT_EQ(cudaMemcpy(sinks.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
       args.sinks = TensorView::contiguous(sinks.get(), DType::kFloat32, {heads_q});
@@ -252,7 +251,8 @@ void check_batch(const PackedBatch& b, const std::string& kernel) {
 
 std::vector<DType> built_dtypes() {
   std::vector<DType> out;
-  for (const std::string& name : build_info().dtypes) out.push_back(name == "fp16" ? DType::kFloat16 : DType::kBFloat16);
+  for (const std::string& name : build_info().dtypes)
+    out.push_back(name == "fp16" ? DType::kFloat16 : DType::kBFloat16);
   return out;
 }
 
