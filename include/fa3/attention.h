@@ -41,8 +41,19 @@
 // bottom-right corner of each). Query rows that take part in no sequence (past seqused,
 // or past cu_seqlens_q[batch]) get out 0, lse -inf and dq 0; keys that take part in none
 // get dk and dv 0. A sequence may be empty; one whose keys are empty has out 0 and lse
-// -inf (its sink's logit, with sinks). fa3::cpu runs varlen calls; the GPU entry points
-// refuse them for now (kNotSupported, naming cu_seqlens_q).
+// -inf (its sink's logit, with sinks). fa3::cpu runs varlen calls. fa3::forward runs them
+// in a build with the GPU varlen forward (BuildInfo::gpu_varlen, the FA3_GPU_VARLEN
+// option) and refuses them otherwise (kNotSupported, naming cu_seqlens_q); fa3::backward
+// refuses them for now.
+//
+// What is checked where: fa3::cpu reads the index tensors and checks every rule on their
+// values (offsets from 0, non-decreasing, within the totals; seqused within each
+// sequence's length; max_seqlen at least the longest sequence). The GPU entry points
+// check the index tensors' dtype, rank, length, contiguity, alignment and device, and that
+// max_seqlen_q / max_seqlen_k are >= 0, but not their values, which live in device memory
+// and would cost a synchronization to read: as in FlashAttention-3, those rules are the
+// caller's contract there, and a call that breaks them leaves rows unwritten or reads out
+// of bounds.
 //
 // FP8 (e4m3) forward: q, k and v in DType::kFloat8E4M3 hold codes x whose real values are
 // x * scale, the scale being the product of the scales Fp8Args gives for the row (each
@@ -92,7 +103,9 @@ struct VarlenArgs {
   TensorView seqused_q;     // optional (batch): rows of each query sequence used, <= its length
   TensorView seqused_k;     // optional (batch): keys of each key sequence used, <= its length
   // The longest query and key sequence (after seqused); may be larger. fa3::cpu checks
-  // them against the index tensors, which it reads on the host.
+  // them against the index tensors, which it reads on the host; on the GPU they are the
+  // caller's contract (see above): the kernels run max_seqlen_q's query blocks for every
+  // sequence.
   int max_seqlen_q = 0;
   int max_seqlen_k = 0;
 

@@ -3,9 +3,10 @@ fa3::varlen_bwd, the packed-layout twins of fa3::fwd and fa3::bwd (_torch_ops).
 
 q, k, v are (total, nheads, headdim), out (total_q, nheads, headdim_v) and lse
 (nheads, total_q); cu_seqlens_q / cu_seqlens_k (int32, batch + 1) and the optional
-seqused_q / seqused_k (int32, batch) say which rows form each sequence. Only the CPU
-path runs them for now; the fake implementations give shapes anywhere, so that
-flash_attn_varlen_func traces under torch.compile.
+seqused_q / seqused_k (int32, batch) say which rows form each sequence. The CPU path
+runs both; on CUDA tensors the forward runs on the GPU kernels (where the build has them
+switched on) and the backward raises NotImplementedError. The fake implementations give
+shapes anywhere, so that flash_attn_varlen_func traces under torch.compile.
 """
 
 from typing import Optional
@@ -148,6 +149,11 @@ def _setup_context(ctx, inputs, output):
 
 def _varlen_forward_grad(ctx, dout, _dlse):
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, sinks, out, lse = ctx.saved_tensors
+    if q.device.type == "cuda":
+        raise NotImplementedError(
+            "flash_attn_varlen_func: the backward of variable-length batches is not implemented on the GPU yet "
+            "(the forward runs there); run on CPU tensors for gradients"
+        )
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     dq, dk, dv, dsinks = varlen_backward(

@@ -245,18 +245,17 @@ def flash_attn_varlen_func(
     is True, softmax_lse being (nheads, total_q) in float32. Differentiable in q, k, v and
     sinks.
 
-    Runs on CPU tensors (fa3's CPU path); CUDA tensors raise NotImplementedError, as fa3's
-    GPU kernels do not take variable-length batches yet. Not supported either
-    (NotImplementedError): qv, q/k/v_descale, num_splits > 1, pack_gqa=True, sm_margin != 0.
+    Runs on CPU tensors (fa3's CPU path) and, forward only, on CUDA tensors where the
+    extension was built with the GPU varlen forward (FA3_GPU_VARLEN; otherwise CUDA tensors
+    raise NotImplementedError naming cu_seqlens_q). The index tensors then stay on the GPU
+    and are not checked there: their values (offsets, lengths, max_seqlen at least the
+    longest sequence) are the caller's contract, as in FlashAttention-3. The backward on
+    CUDA tensors raises NotImplementedError. Not supported either (NotImplementedError):
+    qv, q/k/v_descale, num_splits > 1, pack_gqa=True, sm_margin != 0.
     """
     _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin)
     chunk = _checks.attention_chunk_arg(attention_chunk)
     _checks.check_qkv(q, k, v, packed=True)
-    if q.device.type == "cuda":
-        raise NotImplementedError(
-            "cu_seqlens_q: variable-length batches are not implemented on the GPU yet; "
-            "flash_attn_varlen_func runs on CPU tensors"
-        )
     _checks.check_varlen_indices(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
     _checks.check_sinks(sinks, q)
     max_q = _checks.max_seqlen_arg("max_seqlen_q", max_seqlen_q)

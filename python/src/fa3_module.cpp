@@ -255,6 +255,7 @@ nb::dict build_info_dict() {
   d["head_dims"] = b.head_dims;
   d["dtypes"] = b.dtypes;
   d["gpu_kernels"] = b.gpu_kernels;
+  d["gpu_varlen"] = b.gpu_varlen;
   return d;
 }
 

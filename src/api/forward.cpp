@@ -25,8 +25,9 @@ Status run_on_device(const ForwardArgs& args, const char* kernel, cudaStream_t s
                                            std::to_string(dev->cc_major) + "." + std::to_string(dev->cc_minor)};
   }
   // A kernel named by the caller wins over the tuning cache's. The cache times plain
-  // and causal kernels only (the general family has one per head dim).
-  const bool tunable = kernel == nullptr && hopper::mask_kind(problem) != hopper::MaskKind::kGeneral;
+  // and causal kernels only (the general family has one per head dim), on fixed-length
+  // shapes: a varlen call's lengths are bounds, not its shape.
+  const bool tunable = kernel == nullptr && !problem.varlen && hopper::mask_kind(problem) != hopper::MaskKind::kGeneral;
   const std::string tuned = tunable ? tuned_forward_kernel(problem, args.q.dtype, *dev) : std::string();
   return hopper::run_forward(problem, args, dev->sm_count, stream, tuned.empty() ? kernel : tuned.c_str());
 }

@@ -50,8 +50,9 @@ ValidationTarget gpu_target() {
   // A separate V head dim runs on the forward kernels built for one (FA3_HEAD_DIM_PAIRS);
   // a pair without one is refused when dispatched, naming both head dims.
   t.separate_head_dim_v = true;
-  // No kernel reads cu_seqlens yet: varlen calls are refused after validation.
-  t.supports_varlen = false;
+  // Varlen forward calls run on the forward kernels once the build switches them on
+  // (hopper::fwd_varlen_enabled); until then they are refused after validation.
+  t.supports_varlen = hopper::fwd_varlen_enabled();
   // No FP8 kernel yet: e4m3 calls are refused after every other rule. The kernel will
   // read one block scale per 128-row tile (fa3/attention.h's Fp8Args).
   t.supports_fp8 = false;
@@ -68,6 +69,7 @@ ValidationTarget gpu_backward_target() {
   // tensors' extra columns read as zeros and never written (hopper/bwd_dispatch.cpp).
   t.separate_head_dim_v = true;
   t.max_head_dim_v = t.head_dims.empty() ? 0 : t.head_dims.back();
+  t.supports_varlen = false;  // the backward takes no varlen call yet
   t.backward_workspace = [](const Problem& p, bool deterministic) {
     return hopper::bwd_workspace(p, deterministic).bytes;
   };

@@ -14,7 +14,8 @@ inline constexpr int kMaxConsumerWGs = 4;
 enum class NamedBarrier : int {  // id 0 is __syncthreads'
   // Consumer warpgroup w may issue its GEMMs.
   kWarpScheduler0 = 1,
-  // Inside consumer warpgroup w: its O rows in shared memory are complete / free.
+  // Inside consumer warpgroup w: its O rows in shared memory are complete / free; and,
+  // at another point of the tile, a varlen block's V rows cleared (FwdConsumer::clear_v_rows).
   kEpilogue0 = kWarpScheduler0 + kMaxConsumerWGs,
   // O written through Q's buffer: the other warpgroups are done reading Q.
   kQueryRead0 = kEpilogue0 + kMaxConsumerWGs,

@@ -3,6 +3,10 @@
 // straight from registers (16-byte stores after a transpose inside each quad), as the
 // configuration's OStore says; LSE is written per row.
 //
+// A varlen call's O leaves from registers whatever the OStore: a TMA store writes whole
+// 64-row boxes, and a box that starts inside a sequence ends in the next one, whose rows
+// another tile writes. The register path stores each row under its own predicate.
+//
 // With O's own buffer a warp of the producer warpgroup does the global stores: each
 // consumer warpgroup writes its rows of O and LSE and the tile's coordinates to shared
 // memory, hands them over through its o_full mbarrier and goes on to the next tile;
@@ -57,11 +61,21 @@ struct FwdEpilogue {
   // is this thread's rows' LSE, stored here with the store warp (else by store_lse).
   template <class Params, class TensorO, int kRows>
   __device__ static void store_o(const Params& params, SharedStorage& smem, State& state, int tid, TileCoord tile,
-                                 const TensorO& tOrO, const float (&lse)[kRows]) {
+                                 const SeqBounds& seq, const TensorO& tOrO, const float (&lse)[kRows]) {
     if constexpr (Traits::kCfg.o_store == OStore::kRegisters) {
-      store_o_from_registers(params.p, tid, tile, tOrO);
+      store_o_from_registers(params.p, tid, tile, seq, tOrO);
     } else {
-      store_o_through_smem(params, smem, state, tid, tile, tOrO, lse);
+      if (is_varlen(params.p)) {
+        // O in Q's buffer: the other warpgroups' QueryRead arrivals are taken as the
+        // store through shared memory would take them, so that the barrier's count
+        // stays in step.
+        if constexpr (Traits::kCfg.o_store == OStore::kQBuffer) {
+          barrier_sync(query_read_barrier(tid / 128), kConsumerThreads);
+        }
+        store_o_from_registers(params.p, tid, tile, seq, tOrO);
+      } else {
+        store_o_through_smem(params, smem, state, tid, tile, tOrO, lse);
+      }
     }
   }
 
@@ -113,18 +127,18 @@ struct FwdEpilogue {
 
   // Stores the LSE of this thread's rows (those of the S fragment), if the caller asked
   // for it. Every consumer thread calls it. With the store warp the LSE goes to shared
-  // memory with O instead (store_o).
+  // memory with O instead (store_o), except in a varlen call, whose O does not go there.
   template <int kRows>
-  __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const float (&lse)[kRows]) {
+  __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const SeqBounds& seq,
+                                   const float (&lse)[kRows]) {
     using namespace cute;
-    if constexpr (!kStoreWarp) {
+    if (!kStoreWarp || is_varlen(p)) {
       if (p.lse != nullptr && tid % 4 == 0) {
+        float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) {
           const int row = tile.m_block * Traits::kBlockM + lse_row(tid, r);
-          if (row < p.seqlen_q) {
-            p.lse[tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride + row * p.lse_row_stride] = lse[r];
-          }
+          if (row < seq.seqlen_q) lse_out[static_cast<std::int64_t>(seq.offset_q + row) * p.lse_row_stride] = lse[r];
         }
       }
     }
@@ -212,7 +226,8 @@ struct FwdEpilogue {
   // gives every lane eight consecutive elements of one group: one 16-byte store, and
   // a quad writes 64 contiguous bytes of the row.
   template <class TensorO>
-  __device__ static void store_o_from_registers(const FwdParams& p, int tid, TileCoord tile, const TensorO& tOrO) {
+  __device__ static void store_o_from_registers(const FwdParams& p, int tid, TileCoord tile, const SeqBounds& seq,
+                                                const TensorO& tOrO) {
     using namespace cute;
     static_assert(sizeof(Element) == 2 && Traits::kHeadDimV % 32 == 0);
     constexpr int kGroups = Traits::kHeadDimV / 8;  // eight-column groups per row
@@ -227,7 +242,7 @@ struct FwdEpilogue {
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       const int row = tile.m_block * Traits::kBlockM + get<0>(coord(r, 0));
-      Element* row_out = out + static_cast<std::int64_t>(row) * p.o_row_stride;
+      Element* row_out = out + static_cast<std::int64_t>(seq.offset_q + row) * p.o_row_stride;
       CUTE_UNROLL
       for (int g0 = 0; g0 < kGroups; g0 += 4) {
         std::uint32_t w[4];
@@ -245,7 +260,7 @@ struct FwdEpilogue {
         (odd ? w[2] : w[3]) = got;
         // A smaller head dim (a multiple of 8, validation's rule) may run on this kernel.
         const int col = 8 * (g0 + lane % 4);
-        if (row < p.seqlen_q && col < p.head_dim_v) {
+        if (row < seq.seqlen_q && col < p.head_dim_v) {
           *reinterpret_cast<uint4*>(row_out + col) = make_uint4(w[0], w[1], w[2], w[3]);
         }
       }

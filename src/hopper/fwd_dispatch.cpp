@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "hopper/varlen_rows.h"
+
 namespace fa3::hopper {
 
 // One launcher per compiled (dtype, head dims, mask, tile), defined in generated files;
@@ -134,6 +136,63 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
   return out;
 }
 
+bool fwd_varlen_enabled() {
+#ifdef FA3_GPU_VARLEN
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// A fixed-length call's tensors: (batch, seqlen, nheads, dim) and lse (batch, nheads,
+// seqlen).
+void set_padded_layout(const ForwardArgs& a, FwdParams* f) {
+  f->q_batch_stride = a.q.stride[0];
+  f->q_row_stride = a.q.stride[1];
+  f->q_head_stride = a.q.stride[2];
+  f->k_batch_stride = a.k.stride[0];
+  f->k_row_stride = a.k.stride[1];
+  f->k_head_stride = a.k.stride[2];
+  f->v_batch_stride = a.v.stride[0];
+  f->v_row_stride = a.v.stride[1];
+  f->v_head_stride = a.v.stride[2];
+  f->o_batch_stride = a.out.stride[0];
+  f->o_row_stride = a.out.stride[1];
+  f->o_head_stride = a.out.stride[2];
+  if (a.lse.data != nullptr) {
+    f->lse_batch_stride = a.lse.stride[0];
+    f->lse_head_stride = a.lse.stride[1];
+    f->lse_row_stride = a.lse.stride[2];
+  }
+}
+
+// A varlen call's packed tensors: (total, nheads, dim) and lse (nheads, total), no batch
+// stride (the kernels see one batch entry of all the rows).
+void set_packed_layout(const Problem& p, const ForwardArgs& a, FwdParams* f) {
+  f->q_row_stride = a.q.stride[0];
+  f->q_head_stride = a.q.stride[1];
+  f->k_row_stride = a.k.stride[0];
+  f->k_head_stride = a.k.stride[1];
+  f->v_row_stride = a.v.stride[0];
+  f->v_head_stride = a.v.stride[1];
+  f->o_row_stride = a.out.stride[0];
+  f->o_head_stride = a.out.stride[1];
+  if (a.lse.data != nullptr) {
+    f->lse_head_stride = a.lse.stride[0];
+    f->lse_row_stride = a.lse.stride[1];
+  }
+  f->cu_seqlens_q = static_cast<const int*>(a.varlen.cu_seqlens_q.data);
+  f->cu_seqlens_k = static_cast<const int*>(a.varlen.cu_seqlens_k.data);
+  f->seqused_q = static_cast<const int*>(a.varlen.seqused_q.data);
+  f->seqused_k = static_cast<const int*>(a.varlen.seqused_k.data);
+  f->total_q = static_cast<int>(p.total_q);
+  f->total_k = static_cast<int>(p.total_k);
+}
+
+}  // namespace
+
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   FwdParams f;
   f.q = a.q.data;
@@ -143,22 +202,10 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   f.lse = static_cast<float*>(a.lse.data);
   f.sinks = static_cast<const float*>(a.sinks.data);
   f.sinks_stride = a.sinks.data != nullptr ? a.sinks.stride[0] : 0;
-  f.q_batch_stride = a.q.stride[0];
-  f.q_row_stride = a.q.stride[1];
-  f.q_head_stride = a.q.stride[2];
-  f.k_batch_stride = a.k.stride[0];
-  f.k_row_stride = a.k.stride[1];
-  f.k_head_stride = a.k.stride[2];
-  f.v_batch_stride = a.v.stride[0];
-  f.v_row_stride = a.v.stride[1];
-  f.v_head_stride = a.v.stride[2];
-  f.o_batch_stride = a.out.stride[0];
-  f.o_row_stride = a.out.stride[1];
-  f.o_head_stride = a.out.stride[2];
-  if (a.lse.data != nullptr) {
-    f.lse_batch_stride = a.lse.stride[0];
-    f.lse_head_stride = a.lse.stride[1];
-    f.lse_row_stride = a.lse.stride[2];
+  if (p.varlen) {
+    set_packed_layout(p, a, &f);
+  } else {
+    set_padded_layout(a, &f);
   }
   f.batch = static_cast<int>(p.batch);
   f.seqlen_q = static_cast<int>(p.seqlen_q);
@@ -197,7 +244,11 @@ Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStre
     }
     chosen = *it;
   }
-  return chosen->launch(make_fwd_params(p, a, num_sms), stream);
+  const FwdParams params = make_fwd_params(p, a, num_sms);
+  const Status launched = chosen->launch(params, stream);
+  if (!launched.is_ok()) return launched;
+  // A varlen call's rows of no sequence (hopper/varlen_rows.h); nothing otherwise.
+  return launch_clear_unused_rows(params, static_cast<int>(dtype_size(a.out.dtype)), stream);
 }
 
 }  // namespace fa3::hopper

@@ -51,7 +51,12 @@ HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv);
 // forward()'s default.
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype);
 
+// Whether varlen calls run on the forward kernels: the build's FA3_GPU_VARLEN option,
+// off until the varlen path has passed its GPU tests (tests/gpu/hopper/test_fwd_varlen.cpp).
+bool fwd_varlen_enabled();
+
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.
+// A varlen call's index tensors stay in device memory: the kernels read them.
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms);
 
 // Runs the default kernel, or the one named `kernel` when it is not null.

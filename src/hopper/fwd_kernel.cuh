@@ -18,6 +18,10 @@
 //          its own thread's reads.
 //          With two stages the producer announces each tile while the previous one
 //          runs, so its Q is there when the consumers get to it.
+// A varlen call (FwdParams::cu_seqlens_q) runs on the same kernels: the producer reads
+// each tile's sequence bounds (SeqBounds), loads its rows at the sequence's offset in the
+// packed tensors and hands the bounds to the consumers with the coordinates; the masks
+// take the sequence's lengths, and the epilogue stores each row under its own predicate.
 // Kernels of paired tiles (FwdConfig::cluster_m, non-causal only) run clusters of two
 // CTAs on neighbouring query blocks of the same head, which see the same key blocks in
 // the same order: each CTA loads half of every K/V stage and multicasts it to both
@@ -114,6 +118,31 @@ struct FwdKernel {
             mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(first)};
   }
 
+  // The mask of sequence `batch` (the producer's: the consumers have the bounds from the
+  // tile's slot). Read where it is used, so that the producer, whose registers are few,
+  // keeps no bounds live across its loads.
+  __device__ static Mask sequence_mask(const FwdParams& p, const Mask& mask, int batch) {
+    const SeqBounds seq = seq_bounds(p, batch);
+    return for_sequence(mask, seq.seqlen_q, seq.seqlen_k);
+  }
+
+  // Tile `t` or, in a varlen call, the first from it on (in the CTA's order) whose
+  // cluster's first query block starts inside its sequence: the longest sequence sets
+  // how many query blocks every (head, batch entry) has, and the others' blocks past
+  // their ends (all of an empty sequence's) have nothing to compute or store. The CTAs
+  // of a cluster run one cluster's blocks of one head, so they skip alike. Every tile
+  // skipped is drawn, so that the counter's protocol (TileScheduler::next) holds.
+  __device__ static int skip_empty(const Params& params, const Scheduler& scheduler, int t) {
+    if (!is_varlen(params.p)) return t;
+#pragma unroll 1
+    for (; scheduler.valid(t); t = scheduler.next(t, params.tile_counter)) {
+      const TileCoord tile = scheduler.coord(t);
+      const int first_row = tile.m_block / Traits::kCluster * Traits::kCluster * Traits::kBlockM;
+      if (first_row < seq_bounds(params.p, tile.batch).seqlen_q) break;
+    }
+    return t;
+  }
+
   __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
                                  Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask) {
     constexpr bool kQAhead = Traits::kQStages > 1;
@@ -125,7 +154,10 @@ struct FwdKernel {
       cute::prefetch_tma_descriptor(params.tma_o.get_tma_descriptor());
     }
     FwdProducer<Traits> producer;
-    int t = scheduler.first();
+    // Only the leader draws tiles (skip_empty may draw several); the others learn the
+    // leader's from the broadcast below.
+    int t = leader ? skip_empty(params, scheduler, scheduler.first()) : 0;
+    t = __shfl_sync(0xffffffffu, t, 0);
     if (kQAhead && leader) producer.announce(params, smem, q_pipe, scheduler, t);
     for (;;) {
       const bool valid = scheduler.valid(t);
@@ -134,9 +166,9 @@ struct FwdKernel {
         if (valid) {
           // Ask for the next tile first; the answer is needed only after this one's
           // first K/V loads.
-          next = scheduler.next(t, params.tile_counter);
+          next = skip_empty(params, scheduler, scheduler.next(t, params.tile_counter));
           const TileCoord tile = scheduler.coord(t);
-          const BlockRange keys = tile_key_blocks(mask, tile.m_block);
+          const BlockRange keys = tile_key_blocks(sequence_mask(params.p, mask, tile.batch), tile.m_block);
           producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
           producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
           producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, keys);
@@ -148,6 +180,18 @@ struct FwdKernel {
       t = __shfl_sync(0xffffffffu, next, 0);
     }
     if (leader) producer.drain(k_pipe, v_pipe);
+  }
+
+  // In a varlen call, the V rows of the tile's last key block (the first visited) that
+  // lie past its sequence's keys, when that block ends inside the sequence's: those rows
+  // are the next sequence's, or rows no sequence uses, and may hold anything, NaN
+  // included, where a fixed-length call's are TMA's zero fill. Their probabilities are
+  // 0, but 0 times NaN is NaN; the consumers clear them (FwdConsumer::mma_tile). Returns
+  // how many of the block's keys are the sequence's (kBlockN: nothing to clear).
+  __device__ static int v_rows_to_clear(const FwdParams& p, const SeqBounds& seq, BlockRange keys) {
+    if (!is_varlen(p) || keys.end <= keys.begin) return Traits::kBlockN;
+    const int valid = seq.seqlen_k - (keys.end - 1) * Traits::kBlockN;
+    return valid < Traits::kBlockN ? valid : Traits::kBlockN;
   }
 
   __device__ static void consume(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
@@ -164,14 +208,14 @@ struct FwdKernel {
     typename Epilogue::State epilogue_state;
     Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::DV>{});
     auto q_frag = consumer.q_fragment(smem);
-    // Waits for stage `st` of Q and returns its tile; with Q in registers also loads
-    // them, after which the stage is free (or, with O in Q's buffer, the other
-    // warpgroups may write O there).
+    // Waits for stage `st` of Q and returns its tile and sequence; with Q in registers
+    // also loads them, after which the stage is free (or, with O in Q's buffer, the
+    // other warpgroups may write O there).
     const auto next_tile = [&](const QState& st) {
       q_pipe.consumer_wait_for_data(st);
-      const TileCoord tile = smem.tile[st.index].tile;
+      const FwdTileSlot slot = smem.tile[st.index];
       if constexpr (Traits::kCfg.q_registers) {
-        if (tile.m_block >= 0) {
+        if (slot.tile.m_block >= 0) {
           consumer.load_q(smem, st.index, q_frag);
           if constexpr (kOInQ) {
             consumer.signal_query_read();
@@ -180,14 +224,17 @@ struct FwdKernel {
           }
         }
       }
-      return tile;
+      return slot;
     };
 
     consumer.turn_start();
     QState q_state;
-    TileCoord tile = next_tile(q_state);
-    while (tile.m_block >= 0) {
-      const BlockRange keys = tile_key_blocks(mask, tile.m_block);
+    FwdTileSlot slot = next_tile(q_state);
+    while (slot.tile.m_block >= 0) {
+      const TileCoord tile = slot.tile;
+      const SeqBounds seq = slot.seq;
+      const Mask tile_mask = for_sequence(mask, seq.seqlen_q, seq.seqlen_k);
+      const BlockRange keys = tile_key_blocks(tile_mask, tile.m_block);
       OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(softmax_scale_log2_of(mask, params.p));
       // Once this warpgroup's last Q·Kᵀ from shared memory has completed: with O
       // elsewhere, Q's stage may take the next tile's Q; with O in Q's buffer, the other
@@ -204,21 +251,21 @@ struct FwdKernel {
       };
       QState next_state = q_state;
       next_state.advance();
-      TileCoord next{};
+      FwdTileSlot next{};
       float inv_sum[2];
       float lse[2];
       // While the last P·V runs: the row statistics, LSE's store, and the next tile's Q.
       const auto last_pv_issued = [&] {
         softmax.finish(softmax_scale_of(mask, params.p), inv_sum, lse);
         add_sink(params.p, tile.head, inv_sum, lse);
-        Epilogue::store_lse(params.p, tid, tile, lse);
+        Epilogue::store_lse(params.p, tid, tile, seq, lse);
         if constexpr (kQEarly) next = next_tile(next_state);
       };
-      consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, mask, tile.m_block, keys, tOrO, softmax, q_read,
-                        last_pv_issued);
+      consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, tile_mask, tile.m_block, keys,
+                        v_rows_to_clear(params.p, seq, keys), tOrO, softmax, q_read, last_pv_issued);
       auto o = rowcol_view(tOrO);
       rescale_rows(o, inv_sum);
-      Epilogue::store_o(params, smem, epilogue_state, tid, tile, tOrO, lse);
+      Epilogue::store_o(params, smem, epilogue_state, tid, tile, seq, tOrO, lse);
       if constexpr (kOInQ) {
         // Q's buffer is free once this warpgroup's store has read its rows of O; the
         // thread that drains the store arrives after the drain.
@@ -227,7 +274,7 @@ struct FwdKernel {
       }
       if constexpr (!kQEarly) next = next_tile(next_state);
       q_state = next_state;
-      tile = next;
+      slot = next;
     }
     Epilogue::finish(smem, epilogue_state, tid);
   }

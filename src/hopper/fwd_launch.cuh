@@ -63,24 +63,25 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
 
   auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
   // The tensors' head dim is the call's: TMA reads the kernel's extra columns as zeros
-  // and stores none of them.
-  auto q_shape = make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch);
-  auto k_shape = make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch);
-  auto vt_shape = make_shape(p.head_dim_v, p.seqlen_k, p.nheads_kv, p.batch);
-  auto o_shape = make_shape(p.seqlen_q, p.head_dim_v, p.nheads_q, p.batch);
+  // and stores none of them. A varlen call's packed tensors are one batch entry of all
+  // their rows (q_rows, k_rows, tensor_batches in hopper/tile_scheduler.cuh), which the
+  // kernel offsets to each sequence's first row; its O is never stored by TMA.
+  const int rows_q = q_rows(p);
+  const int rows_k = k_rows(p);
+  const int batches = tensor_batches(p);
+  auto q_shape = make_shape(rows_q, p.head_dim, p.nheads_q, batches);
+  auto k_shape = make_shape(rows_k, p.head_dim, p.nheads_kv, batches);
+  auto vt_shape = make_shape(p.head_dim_v, rows_k, p.nheads_kv, batches);
+  auto o_shape = make_shape(rows_q, p.head_dim_v, p.nheads_q, batches);
   auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads, int head_dim) {
     const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(head_dim));
     const std::int64_t head_stride = detail::usable_stride(head, heads, row_stride * rows);
-    return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, p.batch, head_stride * heads)};
+    return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, batches, head_stride * heads)};
   };
-  const Stride q_stride =
-      strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.seqlen_q, p.nheads_q, p.head_dim);
-  const Stride k_stride =
-      strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, p.seqlen_k, p.nheads_kv, p.head_dim);
-  const Stride v_stride =
-      strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.seqlen_k, p.nheads_kv, p.head_dim_v);
-  const Stride o_stride =
-      strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.seqlen_q, p.nheads_q, p.head_dim_v);
+  const Stride q_stride = strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride, rows_q, p.nheads_q, p.head_dim);
+  const Stride k_stride = strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, rows_k, p.nheads_kv, p.head_dim);
+  const Stride v_stride = strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, rows_k, p.nheads_kv, p.head_dim_v);
+  const Stride o_stride = strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, rows_q, p.nheads_q, p.head_dim_v);
   const StrideVt vt_stride{_1{}, get<0>(v_stride), get<2>(v_stride), get<3>(v_stride)};
 
   // The CTAs of a cluster run neighbouring query blocks of one head: each head gets a
@@ -108,6 +109,8 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   TileCounter counter;
 
   const std::int64_t tiles = static_cast<std::int64_t>(params.num_m_blocks) * p.nheads_q * p.batch;
+  // A varlen call whose sequences have no query rows (max_seqlen_q 0) has no tile.
+  if (tiles == 0) return Status::ok();
   // Tile indices, the scheduler's overshoot past the last one included, are ints.
   if (tiles > INT32_MAX - std::max(p.num_sms, 1)) {
     return {StatusCode::kInvalidArgument, "problem too large: about 2^31 query tiles or more"};

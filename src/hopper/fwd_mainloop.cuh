@@ -82,18 +82,26 @@ struct FwdProducer {
   __device__ void announce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, const Scheduler& scheduler,
                            int t) {
     using namespace cute;
+    const FwdParams& p = params.p;
     const bool valid = scheduler.valid(t);
     const TileCoord tile = valid ? scheduler.coord(t) : TileCoord{-1, 0, 0};
     q_pipe.producer_wait(q_state);
-    // The coordinates are written after the stage is free and before the arrival
-    // publishes them.
+    // The coordinates and the bounds are written after the stage is free and before the
+    // arrival publishes them; the bounds are read only here, so that no more of them
+    // than the store needs is live in the producer's few registers.
     arch::compiler_barrier();
     smem.tile[q_state.index].tile = tile;
+    const SeqBounds seq = valid ? seq_bounds(p, tile.batch) : SeqBounds{0, 0, 0, 0};
+    smem.tile[q_state.index].seq = seq;
     arch::compiler_barrier();
     if (valid) {
-      const FwdParams& p = params.p;
-      Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
-      Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(tile.m_block, _0{}));
+      // A varlen call's rows start at the sequence's offset, not on a block boundary;
+      // the block's rows past its end are the next sequence's (or TMA's zero fill),
+      // computed and never stored.
+      Tensor mQ = params.tma_q.get_tma_tensor(make_shape(q_rows(p), p.head_dim, p.nheads_q, tensor_batches(p)));
+      Tensor mQh = mQ(_, _, tile.head, tensor_batch(p, tile.batch));
+      Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQh), Shape<BM, D>{},
+                             make_coord(tile.m_block, _0{}));
       Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});  // (BM, D, q stages)
       auto [tQgQ, tQsQ] =
           tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
@@ -128,24 +136,29 @@ struct FwdProducer {
     }
   }
 
-  // Calls fn with the TMA-partitioned (global, shared) tensors of K and V for `tile`.
+  // Calls fn with the TMA-partitioned (global, shared) tensors of K and V for `tile`,
+  // whose keys start at the sequence's offset (a varlen call's, else 0).
   template <class Params, class Fn>
   __device__ __forceinline__ void with_kv_tensors(const Params& params, SharedStorage& smem, TileCoord tile,
                                                   Fn&& fn) {
     using namespace cute;
     const FwdParams& p = params.p;
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
+    const int batch = tensor_batch(p, tile.batch);
+    const SeqBounds seq = seq_bounds(p, tile.batch);
 
-    Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
-    Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), Shape<BN, D>{}, make_coord(_, _0{}));  // (BN, D, n)
+    Tensor mK = params.tma_k.get_tma_tensor(make_shape(k_rows(p), p.head_dim, p.nheads_kv, tensor_batches(p)));
+    Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK(_, _, head_kv, batch)), Shape<BN, D>{},
+                           make_coord(_, _0{}));  // (BN, D, n)
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     // This CTA's part of each stage (all of it without a cluster).
     const int rank = Traits::kCluster > 1 ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
     const Layout<typename Traits::Cluster> cluster{};
     auto [tKgK, tKsK] = tma_partition(params.tma_k, rank, cluster, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
 
-    Tensor mVt = params.tma_v.get_tma_tensor(make_shape(p.head_dim_v, p.seqlen_k, p.nheads_kv, p.batch));
-    Tensor gVt = local_tile(mVt(_, _, head_kv, tile.batch), Shape<DV, BN>{}, make_coord(_0{}, _));  // (DV, BN, n)
+    Tensor mVt = params.tma_v.get_tma_tensor(make_shape(p.head_dim_v, k_rows(p), p.nheads_kv, tensor_batches(p)));
+    Tensor gVt = local_tile(domain_offset(make_coord(_0{}, seq.offset_k), mVt(_, _, head_kv, batch)), Shape<DV, BN>{},
+                            make_coord(_0{}, _));  // (DV, BN, n)
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, rank, cluster, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 
@@ -222,6 +235,26 @@ struct FwdConsumer {
     v_state.advance();
   }
 
+  // Sets V's rows for keys [valid, kBlockN) of the current V stage to zero (see
+  // FwdKernel::v_rows_to_clear), once the stage has landed, and makes the zeros visible
+  // to this warpgroup's GEMMs. Every warpgroup that runs the block clears it before its
+  // first P·V of it; another may be clearing the same rows while this one's GEMM reads
+  // them, which is harmless: after the first clear every write stores the zero already
+  // there. The stage is not refilled before every warpgroup has released it.
+  __device__ void clear_v_rows(SharedStorage& smem, Pipeline& v_pipe, int valid) {
+    using namespace cute;
+    v_pipe.consumer_wait(v_state);
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});  // (DV, BN, stages)
+    constexpr int kDV = Traits::kHeadDimV;
+    const int first = (valid > 0 ? valid : 0) * kDV;
+#pragma unroll 1
+    for (int i = first + tid % 128; i < kDV * Traits::kBlockN; i += 128) {
+      sVt(i % kDV, i / kDV, v_state.index) = Element(0);
+    }
+    cutlass::arch::fence_view_async_shared();
+    barrier_sync(epilogue_barrier(wg), 128);
+  }
+
   // When O is written through Q's buffer: tells the other warpgroups that this one's
   // reads of Q are complete (QueryRead), so that they may write their rows of O.
   __device__ __forceinline__ void signal_query_read() const {
@@ -259,9 +292,11 @@ struct FwdConsumer {
   // warpgroup's last Q·Kᵀ had completed. `last_pv_issued()` is called once the
   // statistics are final and the last P·V is in flight (for a warpgroup that saw no
   // key, at the end), so that work that does not need O overlaps that GEMM.
+  // `v_valid` < kBlockN: V's rows past the first v_valid of the last key block are
+  // cleared before they are read (FwdKernel::v_rows_to_clear).
   template <class QFragment, class TensorO, class Softmax, class QueryRead, class LastPvIssued>
   __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe, Pipeline& v_pipe,
-                           const Mask& mask, int m_block, BlockRange keys, TensorO& tOrO, Softmax& softmax,
+                           const Mask& mask, int m_block, BlockRange keys, int v_valid, TensorO& tOrO, Softmax& softmax,
                            QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
@@ -320,6 +355,10 @@ struct FwdConsumer {
     auto o = rowcol_view(tOrO);
     float rescale[Softmax::kRowsPerThread];
 
+    // The block whose V may need clearing is the tile's last; this warpgroup runs it
+    // unless it skipped it above. Cleared before the first Q·Kᵀ, while S holds no
+    // registers yet.
+    if (v_valid < Traits::kBlockN && n_own == n_end) clear_v_rows(smem, v_pipe, v_valid);
     int n = n_own - 1;
     k_pipe.consumer_wait(k_state);
     turn_wait();

@@ -23,8 +23,8 @@ struct FwdParams {
   std::int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
 
   int batch = 0;
-  int seqlen_q = 0;
-  int seqlen_k = 0;
+  int seqlen_q = 0;  // a varlen call's max_seqlen_q: a bound, not every sequence's length
+  int seqlen_k = 0;  // a varlen call's max_seqlen_k
   int nheads_q = 0;
   int nheads_kv = 0;
   int head_dim = 0;    // of Q and K
@@ -45,6 +45,19 @@ struct FwdParams {
   int chunk = 0;
   std::uint32_t chunk_mul = 0;
   int chunk_shift = 0;
+
+  // A variable-length batch (fa3/attention.h), when cu_seqlens_q is not null: q, k, v and
+  // out are packed (total, nheads, dim) tensors, which the kernels see as one batch entry
+  // of total_q or total_k rows (the batch strides are unused), and lse is (nheads,
+  // total_q). Sequence b's rows start at cu_seqlens[b]; it has seqused[b] of them, or
+  // cu_seqlens[b + 1] - cu_seqlens[b] without seqused. Device memory, whose values are
+  // the caller's contract (the host cannot read them without a synchronization).
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  const int* seqused_q = nullptr;  // may be null
+  const int* seqused_k = nullptr;  // may be null
+  int total_q = 0;
+  int total_k = 0;
 
   int num_sms = 0;  // persistent grid size upper bound
 };

@@ -143,7 +143,7 @@ struct FwdTraits {
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
     alignas(1024) Element o[kCfg.o_store == OStore::kOwnBuffer ? kConsumerWGs * kOElemsPerWG : 1];
-    TileSlot tile[kQStages];  // the tile whose Q a stage of q_pipe holds; m_block < 0: no more tiles
+    FwdTileSlot tile[kQStages];  // the tile whose Q a stage of q_pipe holds; m_block < 0: no more tiles
     // O's own buffer (hopper/epilogue.cuh): the tile's LSE and each consumer
     // warpgroup's tile for the store warp, and the barriers that hand a warpgroup's rows
     // to the store warp and back.

@@ -258,6 +258,18 @@ struct GeneralMask {
   }
 };
 
+// The policy for one sequence of a varlen batch (hopper/tile_scheduler.cuh's SeqBounds):
+// the sequence's own lengths, the call's window, chunk and softcap. Every rule above
+// then holds per sequence, the causal diagonal at each one's bottom-right corner. The
+// call's resolved window sides and chunk (set_mask_params, from max_seqlen_q and
+// max_seqlen_k) bound no more of a shorter sequence than its own would.
+template <class Mask>
+__host__ __device__ Mask for_sequence(Mask mask, int seqlen_q, int seqlen_k) {
+  mask.seqlen_q = seqlen_q;
+  mask.seqlen_k = seqlen_k;
+  return mask;
+}
+
 // The scale the softmax applies to the scores a kernel hands it, natural and times
 // log2 e: the softmax scale, or for capped scores (tanh values, Softcap::apply) the cap.
 template <class Mask, class Params>

@@ -7,6 +7,10 @@
 // fastest, then the query block. A group of one head is "query blocks of one head in
 // a row": the CTAs running at one time share a few heads and their K/V stay in L2.
 //
+// A varlen call's tiles cover the longest sequence's query blocks (max_seqlen_q) for every
+// (head, batch entry); the producer skips those past their own sequence's end before
+// announcing anything (FwdKernel::skip_empty), drawing them as it draws every tile.
+//
 // Non-causal tiles are all alike: CTA c takes tiles c, c + grid, c + 2 grid, ...
 // With CTA pairs (FwdConfig::cluster_m) the grid and each head's query blocks are even
 // in number, so the two CTAs of a cluster (c even, c + 1) always run neighbouring
@@ -37,6 +41,73 @@ struct TileCoord {
 // another role may be writing at that moment.
 struct alignas(16) TileSlot {
   TileCoord tile;
+};
+
+// Whether the kernels carry the varlen paths at all: only in a build with FA3_GPU_VARLEN,
+// so that until those paths have run on a GPU the default build's kernels are the
+// fixed-length ones, every varlen branch folded away (they add registers where the
+// tightest configurations have none to spare).
+#ifdef FA3_GPU_VARLEN
+inline constexpr bool kVarlenKernels = true;
+#else
+inline constexpr bool kVarlenKernels = false;
+#endif
+
+// Whether a call is varlen (FwdParams::cu_seqlens_q), as the kernels see it.
+template <class Params>
+__host__ __device__ bool is_varlen(const Params& p) {
+  return kVarlenKernels && p.cu_seqlens_q != nullptr;
+}
+
+// A tile's sequence: the first of its batch entry's rows in the tensors as the kernels
+// see them, and how many of them take part. For a fixed-length call that is offset 0 and
+// the call's lengths; for a varlen call (FwdParams::cu_seqlens_q) the sequence's own.
+struct SeqBounds {
+  int offset_q;
+  int offset_k;
+  int seqlen_q;
+  int seqlen_k;
+};
+
+template <class Params>
+__host__ __device__ SeqBounds seq_bounds(const Params& p, int batch) {
+  if (!is_varlen(p)) return {0, 0, p.seqlen_q, p.seqlen_k};
+  const int offset_q = p.cu_seqlens_q[batch];
+  const int offset_k = p.cu_seqlens_k[batch];
+  const int seqlen_q = p.seqused_q != nullptr ? p.seqused_q[batch] : p.cu_seqlens_q[batch + 1] - offset_q;
+  const int seqlen_k = p.seqused_k != nullptr ? p.seqused_k[batch] : p.cu_seqlens_k[batch + 1] - offset_k;
+  return {offset_q, offset_k, seqlen_q, seqlen_k};
+}
+
+// The batch index of a tile's rows in the tensors as the kernels see them: a varlen
+// call's packed tensors are one batch entry of all the rows.
+template <class Params>
+__host__ __device__ int tensor_batch(const Params& p, int batch) {
+  return is_varlen(p) ? 0 : batch;
+}
+
+// The shape of the tensors as the kernels see them (rows, batch entries): a varlen call's
+// are one entry of all the packed rows.
+template <class Params>
+__host__ __device__ int q_rows(const Params& p) {
+  return is_varlen(p) ? p.total_q : p.seqlen_q;
+}
+template <class Params>
+__host__ __device__ int k_rows(const Params& p) {
+  return is_varlen(p) ? p.total_k : p.seqlen_k;
+}
+template <class Params>
+__host__ __device__ int tensor_batches(const Params& p) {
+  return is_varlen(p) ? 1 : p.batch;
+}
+
+// The forward's tile handed from the producer to the consumers: the coordinates and the
+// sequence's bounds, which the producer reads (from global memory, for a varlen call)
+// so that the consumers' way from one tile to the next holds no such load. 32 bytes,
+// for the reason TileSlot is 16.
+struct alignas(16) FwdTileSlot {
+  TileCoord tile;
+  SeqBounds seq;
 };
 
 template <bool kCausal>

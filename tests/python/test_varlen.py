@@ -1,8 +1,9 @@
 """flash_attn_varlen_func on CPU tensors: FlashAttention-3's signature, results and
 gradients equal to a loop of flash_attn_func over the sequences (lengths 0 and 1,
 seqused, rows past the last sequence, every option), argument checks naming the
-argument, the refusal of CUDA tensors, and the custom ops under opcheck and
-torch.compile.
+argument, and the custom ops under opcheck and torch.compile. On CUDA tensors (a Hopper
+GPU, in a build with the GPU varlen forward): the forward against the CPU path by the
+accuracy rule, with NaN in the rows no sequence uses, and the backward's refusal.
 """
 
 import inspect
@@ -13,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
+from attention_reference import ABS_CAP, check_close, reference  # noqa: E402
+from gpu_support import BUILT_DTYPES, BUILT_HEAD_DIMS, gpu_skip_reason  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 # FlashAttention-3's hopper/flash_attn_interface.py flash_attn_varlen_func: names, order,
@@ -181,13 +184,114 @@ def test_gradcheck(options):
     assert torch.autograd.gradcheck(attention, (q, k, v), eps=1e-3, atol=1e-3, rtol=1e-3)
 
 
-def test_cuda_tensors_are_refused():
+def test_cuda_tensors_trace_to_packed_shapes():
     with FakeTensorMode():
         q = torch.empty(10, 4, 64, device="cuda", dtype=torch.bfloat16)
         k = torch.empty(12, 2, 64, device="cuda", dtype=torch.bfloat16)
         cu = torch.tensor([0, 10], dtype=torch.int32, device="cuda")
-        with pytest.raises(NotImplementedError, match="cu_seqlens_q: variable-length batches are not implemented"):
-            fa3.flash_attn_varlen_func(q, k, k, cu, cu, 10, 12)
+        out, lse = fa3.flash_attn_varlen_func(q, k, k, cu, cu, 10, 12, return_attn_probs=True)
+        assert out.shape == (10, 4, 64) and out.device.type == "cuda" and lse.shape == (4, 10)
+
+
+_GPU_SKIP = gpu_skip_reason() or (None if fa3.build_info()["gpu_varlen"] else "the GPU varlen forward is switched off")
+needs_gpu_varlen = pytest.mark.skipif(_GPU_SKIP is not None, reason=str(_GPU_SKIP))
+
+# Lengths 0, 1, odd ones and multiples of the tiles on both sides; a sequence with
+# queries and no key, one with keys and no query; seqlen_q != seqlen_k both ways.
+GPU_Q_LENS = [1, 127, 128, 0, 129, 5, 300, 64, 2]
+GPU_K_LENS = [1, 128, 200, 7, 129, 0, 1023, 80, 3]
+GPU_OPTIONS = [
+    ({}, {}),
+    ({"causal": True}, {"causal": True}),
+    ({"window_size": (100, 30)}, {"window": (100, 30)}),
+    ({"causal": True, "softcap": 5.0}, {"causal": True, "softcap": 5.0}),
+    ({"attention_chunk": 96}, {"chunk": 96}),
+]
+
+
+def packed_reference(q, k, v, cu_q, cu_k, used_q, used_k, dtype, sinks=None, **mask):
+    """The torch reference run on each sequence alone in `dtype`, packed; rows of no
+    sequence 0 and -inf."""
+    out = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=dtype, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), device=q.device)
+    for b in range(len(cu_q) - 1):
+        q0, k0, sq, sk = int(cu_q[b]), int(cu_k[b]), int(used_q[b]), int(used_k[b])
+        if sq == 0:
+            continue
+        if sk == 0:
+            lse[:, q0 : q0 + sq] = sinks[:, None] if sinks is not None else float("-inf")
+            continue
+        o, l = reference(q[None, q0 : q0 + sq], k[None, k0 : k0 + sk], v[None, k0 : k0 + sk], dtype=dtype,
+                         sinks=sinks, **mask)
+        out[q0 : q0 + sq] = o[0]
+        lse[:, q0 : q0 + sq] = l[0]
+    return out, lse
+
+
+def poisoned_gpu_batch(dtype, head_dim, heads, seqused, seed):
+    """Packed CUDA q, k, v with NaN in every row no sequence uses, the offsets, and the
+    used lengths (seqused or all)."""
+    q, k, v, cu_q, cu_k = make_varlen(GPU_Q_LENS, GPU_K_LENS, heads=heads, head_dim=head_dim, dtype=dtype,
+                                      extra=(37, 41), seed=seed)
+    lens_q, lens_k = cu_q.diff(), cu_k.diff()
+    used_q = (lens_q - lens_q // 3).to(torch.int32) if seqused else lens_q.to(torch.int32)
+    used_k = (lens_k - lens_k // 4).to(torch.int32) if seqused else lens_k.to(torch.int32)
+    for t, cu, used in ((q, cu_q, used_q), (k, cu_k, used_k), (v, cu_k, used_k)):
+        for b in range(len(used)):
+            t[int(cu[b]) + int(used[b]) : int(cu[b + 1])] = float("nan")
+        t[int(cu[-1]) :] = float("nan")
+    return [t.cuda() for t in (q, k, v, cu_q, cu_k, used_q, used_k)]
+
+
+@needs_gpu_varlen
+@pytest.mark.parametrize("options, mask", GPU_OPTIONS, ids=["full", "causal", "window", "causal-softcap", "chunk"])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2), (8, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("seqused", [False, True], ids=["all-rows", "seqused"])
+@pytest.mark.parametrize("head_dim", BUILT_HEAD_DIMS)
+@pytest.mark.parametrize("dtype", BUILT_DTYPES)
+def test_cuda_forward_matches_the_cpu_path(dtype, head_dim, seqused, heads, options, mask):
+    q, k, v, cu_q, cu_k, used_q, used_k = poisoned_gpu_batch(dtype, head_dim, heads, seqused, seed=head_dim)
+    used = {"seqused_q": used_q, "seqused_k": used_k} if seqused else {}
+    max_q, max_k = int(used_q.max()), int(used_k.max())
+    out, lse = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, return_attn_probs=True, **used,
+                                          **options)
+    # ref: the CPU path in fp32; low: the reference in the inputs' precision.
+    cpu = [t.cpu() for t in (q, k, v)]
+    ref_out, ref_lse = fa3.flash_attn_varlen_func(
+        *(t.float() for t in cpu), cu_q.cpu(), cu_k.cpu(), max_q, max_k, return_attn_probs=True,
+        **{name: t.cpu() for name, t in used.items()}, **options
+    )
+    low_out, low_lse = packed_reference(*cpu, cu_q.cpu(), cu_k.cpu(), used_q.cpu(), used_k.cpu(), dtype=dtype, **mask)
+    check_close("out", out.cpu().float(), ref_out, low_out.float(), abs_cap=ABS_CAP[dtype])
+    check_close("lse", lse.cpu(), ref_lse, low_lse)
+
+
+@needs_gpu_varlen
+def test_cuda_forward_with_sinks_and_repeats_bitwise():
+    dtype, head_dim = BUILT_DTYPES[0], BUILT_HEAD_DIMS[0]
+    q, k, v, cu_q, cu_k, used_q, used_k = poisoned_gpu_batch(dtype, head_dim, (8, 2), True, seed=11)
+    sinks = torch.randn(8, generator=torch.Generator().manual_seed(2)).cuda()
+    args = (q, k, v, cu_q, cu_k, int(used_q.max()), int(used_k.max()))
+    options = {"seqused_q": used_q, "seqused_k": used_k, "causal": True, "sinks": sinks, "return_attn_probs": True}
+    out, lse = fa3.flash_attn_varlen_func(*args, **options)
+    low_out, low_lse = packed_reference(*(t.cpu() for t in (q, k, v, cu_q, cu_k, used_q, used_k)), dtype=dtype,
+                                        sinks=sinks.cpu(), causal=True)
+    ref_out, ref_lse = packed_reference(*(t.cpu() for t in (q, k, v, cu_q, cu_k, used_q, used_k)),
+                                        dtype=torch.float32, sinks=sinks.cpu(), causal=True)
+    check_close("out", out.cpu().float(), ref_out, low_out.float(), abs_cap=ABS_CAP[dtype])
+    check_close("lse", lse.cpu(), ref_lse, low_lse)
+    for _ in range(20):
+        again, again_lse = fa3.flash_attn_varlen_func(*args, **options)
+        assert torch.equal(again, out) and torch.equal(again_lse, lse)
+
+
+@needs_gpu_varlen
+def test_cuda_backward_is_refused():
+    q, k, v, cu_q, cu_k, _, _ = poisoned_gpu_batch(BUILT_DTYPES[0], BUILT_HEAD_DIMS[0], (4, 2), False, seed=3)
+    q.requires_grad_()
+    out = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, int(cu_q.diff().max()), int(cu_k.diff().max()))
+    with pytest.raises(NotImplementedError, match="backward of variable-length batches is not implemented on the GPU"):
+        out.sum().backward()
 
 
 @pytest.mark.parametrize(

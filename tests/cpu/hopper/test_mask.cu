@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "api/problem.h"
@@ -368,6 +370,58 @@ TEST(MaskKind, FollowsWindowChunkAndSoftcap) {
   EXPECT_EQ(mask_kind(p), MaskKind::kGeneral);
   for (MaskKind k : {MaskKind::kPlain, MaskKind::kCausal, MaskKind::kGeneral}) {
     EXPECT_EQ(mask_kind_from_name(mask_kind_name(k)), k);
+  }
+}
+
+// A varlen call's kernels build each policy once from the call's parameters (max_seqlen_q
+// and max_seqlen_k, the window and chunk resolved for them) and give it each sequence's
+// lengths (for_sequence): every row of every shorter sequence must then see exactly the
+// keys its own fixed-length call would.
+template <class Mask>
+void expect_for_sequence_matches_own_call(int max_q, int max_k, int left, int right, int chunk) {
+  const auto resolved = [&](int sq, int sk) {
+    Problem pr;
+    pr.seqlen_q = sq;
+    pr.seqlen_k = sk;
+    pr.window_left = left;
+    pr.window_right = right;
+    pr.chunk = chunk;
+    FwdParams p{};
+    p.seqlen_q = sq;
+    p.seqlen_k = sk;
+    p.softmax_scale = 0.125f;
+    set_mask_params(pr, &p);
+    return std::make_pair(pr, p);
+  };
+  const Mask call_mask(resolved(max_q, max_k).second);
+  const int lens[][2] = {{1, 1}, {0, 5}, {5, 0}, {3, 17}, {17, 3}, {64, 64}, {127, 129}, {129, 127}, {1, max_k}};
+  for (const auto& len : lens) {
+    const int sq = std::min(len[0], max_q), sk = std::min(len[1], max_k);
+    const auto [own, own_params] = resolved(sq, sk);
+    const Mask mask = for_sequence(call_mask, sq, sk);
+    const Mask own_mask(own_params);
+    for (int row = 0; row < sq; ++row) {
+      for (int key = 0; key < sk; ++key) {
+        bool visible = key < mask.visible_end(row);
+        if constexpr (Mask::kGeneral) visible = visible && key >= mask.visible_begin(row);
+        ASSERT_EQ(visible, own.visible(row, key))
+            << "max (" << max_q << ", " << max_k << ") sequence (" << sq << ", " << sk << ") window (" << left << ", "
+            << right << ") chunk " << chunk << " row " << row << " key " << key;
+      }
+      EXPECT_EQ(mask.template key_blocks<64>(row, row + 1), own_mask.template key_blocks<64>(row, row + 1));
+    }
+    EXPECT_EQ(mask.template key_blocks<64>(sq, sq + 64), 0) << "rows past the sequence need no key";
+  }
+}
+
+TEST(MaskForSequence, EverySequenceSeesWhatItsOwnCallWould) {
+  expect_for_sequence_matches_own_call<NoMask>(300, 400, -1, -1, 0);
+  expect_for_sequence_matches_own_call<CausalMask>(300, 400, -1, 0, 0);
+  expect_for_sequence_matches_own_call<CausalMask>(400, 200, -1, 0, 0);
+  for (const auto& [left, right, chunk] : std::vector<std::tuple<int, int, int>>{
+           {100, 30, 0}, {-1, 0, 48}, {7, 0, 0}, {0, 0, 0}, {-1, -1, 96}, {5000, 5000, 0}, {-1, 3, 1}, {20, -1, 500}}) {
+    expect_for_sequence_matches_own_call<GeneralMask>(300, 400, left, right, chunk);
+    expect_for_sequence_matches_own_call<GeneralMask>(400, 150, left, right, chunk);
   }
 }
 

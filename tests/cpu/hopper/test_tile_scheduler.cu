@@ -1,7 +1,8 @@
 // The persistent tile order (hopper/tile_scheduler.cuh), checked on the host: every
 // (query block, head, batch) tile exactly once, causal groups longest first, and the
 // L2 head-group sizes. A tile missed or run twice would be a wrong or racy output
-// that only some shapes show, so the shapes below include uneven groups.
+// that only some shapes show, so the shapes below include uneven groups. Also each
+// tile's sequence bounds, fixed-length and varlen.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -127,6 +128,46 @@ TEST(TileScheduler, CausalHeadGroupSizes) {
   EXPECT_EQ(causal_heads_per_group(params(65536, 128, 64, 64, 1), 2, 128, 4), 32);
   // Equal groups: 100 heads, groups of up to 32 -> four groups of 25, not 32 + 32 + 32 + 4.
   EXPECT_EQ(causal_heads_per_group(params(1024, 128, 100, 100, 1), 2, 128, 8), 25);
+}
+
+// A tile's sequence: a fixed-length call's is the whole call (offset 0, its lengths, its
+// batch index into the tensors); a varlen call's comes from cu_seqlens and seqused, in
+// tensors of one batch entry of all the packed rows.
+TEST(SeqBounds, FixedLengthIsTheCallAndVarlenIsEachSequence) {
+  FwdParams p{};
+  p.batch = 3;
+  p.seqlen_q = 100;
+  p.seqlen_k = 200;
+  const SeqBounds fixed = seq_bounds(p, 2);
+  EXPECT_EQ(std::make_tuple(fixed.offset_q, fixed.offset_k, fixed.seqlen_q, fixed.seqlen_k),
+            std::make_tuple(0, 0, 100, 200));
+  EXPECT_EQ(tensor_batch(p, 2), 2);
+  EXPECT_EQ(std::make_tuple(q_rows(p), k_rows(p), tensor_batches(p)), std::make_tuple(100, 200, 3));
+  if (!kVarlenKernels) GTEST_SKIP() << "the kernels carry no varlen path in this build (FA3_GPU_VARLEN off)";
+
+  const int cu_q[] = {0, 5, 5, 133}, cu_k[] = {0, 0, 17, 300};
+  const int used_q[] = {4, 0, 128}, used_k[] = {0, 9, 250};
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_k = cu_k;
+  p.total_q = 140;
+  p.total_k = 301;
+  const int want[][4] = {{0, 0, 5, 0}, {5, 0, 0, 17}, {5, 17, 128, 283}};
+  for (int b = 0; b < 3; ++b) {
+    const SeqBounds s = seq_bounds(p, b);
+    EXPECT_EQ(std::make_tuple(s.offset_q, s.offset_k, s.seqlen_q, s.seqlen_k),
+              std::make_tuple(want[b][0], want[b][1], want[b][2], want[b][3]))
+        << "sequence " << b;
+    EXPECT_EQ(tensor_batch(p, b), 0);
+  }
+  EXPECT_EQ(std::make_tuple(q_rows(p), k_rows(p), tensor_batches(p)), std::make_tuple(140, 301, 1));
+  p.seqused_q = used_q;
+  p.seqused_k = used_k;
+  for (int b = 0; b < 3; ++b) {
+    const SeqBounds s = seq_bounds(p, b);
+    EXPECT_EQ(std::make_tuple(s.offset_q, s.offset_k, s.seqlen_q, s.seqlen_k),
+              std::make_tuple(want[b][0], want[b][1], used_q[b], used_k[b]))
+        << "sequence " << b << " with seqused";
+  }
 }
 
 }  // namespace
