@@ -170,7 +170,11 @@ def run(args, gpu):
 
                 timed.append(("bwd", name, make_backward()))
                 if name == "none":
-                    timed.append(("bwd", "graph", graph_of(make_backward).replay))
+                    try:
+                        timed.append(("bwd", "graph", graph_of(make_backward).replay))
+                    except RuntimeError as e:  # an open bug: docs/perf-log.md, 2026-12-03
+                        torch.cuda.synchronize()
+                        print(f"bench_variants: no graph replay of the backward: {e}", file=sys.stderr)
             for pass_, variant, fn in timed:
                 if pass_ not in args.passes:
                     continue

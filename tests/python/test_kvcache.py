@@ -318,7 +318,8 @@ def test_cuda_combine_matches_the_cpu_combine(out_dtype, splits, lead):
     out, lse = fa3.flash_attn_combine(out_partial.cuda(), lse_partial.cuda(), out_dtype=out_dtype)
     assert out.is_cuda and out.dtype == want_out.dtype and out.shape == want_out.shape and lse.shape == want_lse.shape
     assert not out.isnan().any() and not lse.isnan().any()
-    rel = {torch.float32: 1e-5, torch.bfloat16: 2**-8, torch.float16: 2**-11}[out.dtype]
+    # Both results rounded to the 16-bit type: adjacent values at most (test_merge.py).
+    rel = {torch.float32: 1e-5, torch.bfloat16: 2**-7, torch.float16: 2**-10}[out.dtype]
     torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-5, rtol=rel)
     torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-5, rtol=1e-5)
     dead = torch.isneginf(want_lse)

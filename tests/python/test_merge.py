@@ -164,8 +164,10 @@ def assert_matches_the_cpp_merge(outs, lses, out, lse):
     want_out, want_lse = fa3.merge_attention_states_list([t.cpu() for t in outs], [t.cpu() for t in lses])
     assert out.device == outs[0].device and out.dtype == outs[0].dtype and lse.dtype == torch.float32
     assert not out.isnan().any() and not lse.isnan().any()
-    # fp32 sums in another order, and one more rounding of a 16-bit result at most.
-    rel = {torch.float32: 1e-5, torch.bfloat16: 2**-8, torch.float16: 2**-11}[out.dtype]
+    # fp32 sums in another order, then each result rounded to the 16-bit type: where the
+    # two fp32 values straddle a rounding boundary they land on adjacent values, one unit
+    # in the last place apart (2^-10 relative for fp16, 2^-7 for bf16, at most).
+    rel = {torch.float32: 1e-5, torch.bfloat16: 2**-7, torch.float16: 2**-10}[out.dtype]
     torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-5, rtol=rel)
     torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-5, rtol=1e-5)
     dead = torch.isneginf(want_lse)
@@ -243,5 +245,5 @@ def test_cuda_merge_takes_at_most_128_parts():
 def test_cuda_bad_arguments_name_the_argument(breaks, message):
     outs = [torch.randn(2, 3, 4, 8, device="cuda") for _ in range(2)]
     lses = [torch.randn(2, 4, 3, device="cuda") for _ in range(2)]
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message.replace("is on cpu", "is on cuda:0")):
         fa3.merge_attention_states_list(*breaks(outs, lses))

@@ -138,8 +138,11 @@ PaddedTensor make_output(DType dtype, std::int64_t head_dim, Layout layout, std:
       return t;
     }
     case Layout::kMisaligned: {
-      PaddedTensor t = make_tensor(dtype, kBatch, kSeqlen, kHeads, head_dim, seed, 0, 0, 8);
+      // One row more than the view holds, so that the view shifted by one value still
+      // ends inside random values, not in the buffer's NaN margin.
+      PaddedTensor t = make_tensor(dtype, kBatch, kSeqlen + 1, kHeads, head_dim, seed, 0, 0, 8);
       t.view.data = static_cast<char*>(t.view.data) + dtype_size(dtype);
+      t.view.shape[1] = kSeqlen;
       return t;
     }
   }
