@@ -6,6 +6,7 @@
 #include <exception>
 #include <string>
 
+#include "api/validate.h"
 #include "api/validate_messages.h"
 #include "common/hadamard.h"
 #include "common/status_macros.h"
@@ -88,22 +89,6 @@ Status validate_quantize(const fp8::QuantizeArgs& a, Locate&& locate) {
   return Status::ok();
 }
 
-// "" when `ptr` is memory of the current device (or managed memory).
-std::string device_memory(const void* ptr) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-    cudaGetLastError();
-    return "not a CUDA pointer";
-  }
-  int dev = -1;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return "unusable: no current CUDA device";
-  }
-  if ((attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) && attr.device == dev) return "";
-  return attr.type == cudaMemoryTypeDevice ? "memory of CUDA device " + std::to_string(attr.device) : "host memory";
-}
-
 }  // namespace
 
 namespace fp8 {
@@ -113,7 +98,7 @@ int hadamard_size(int head_dim) { return hadamard::block_size(head_dim); }
 bool hadamard_sign(std::uint64_t seed, int column) { return hadamard::negative(seed, column); }
 
 Status quantize(const QuantizeArgs& args, cudaStream_t stream) {
-  FA3_RETURN_IF_ERROR(validate_quantize(args, device_memory));
+  FA3_RETURN_IF_ERROR(validate_quantize(args, locate_device_pointer));
   const cudaError_t err = hopper::launch_fp8_quantize(args, stream);
   if (err != cudaSuccess) {
     return {StatusCode::kCudaError, std::string("fa3::fp8::quantize: ") + cudaGetErrorString(err)};

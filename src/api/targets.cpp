@@ -9,10 +9,8 @@
 #include "hopper/merge.h"
 
 namespace fa3 {
-namespace {
 
-// "" when ptr is device (or managed) memory usable by the current device.
-std::string locate_pointer(const void* ptr) {
+std::string locate_device_pointer(const void* ptr) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
     cudaGetLastError();
@@ -34,15 +32,13 @@ std::string locate_pointer(const void* ptr) {
   }
 }
 
-}  // namespace
-
 ValidationTarget gpu_target() {
   ValidationTarget t;
   t.space = ValidationTarget::Space::kDevice;
   t.dtypes = hopper::fwd_dtypes();
   t.head_dims = hopper::fwd_head_dims();
-  // Windows, chunks, the softcap and sinks run on the general kernels
-  // (hopper/mask_kind.h); a build without them says so when the call is dispatched.
+  // Windows, chunks and the softcap run on the general kernels (hopper/mask_kind.h), sinks
+  // on every kernel; a build without the kernels a call needs says so when it is dispatched.
   t.supports_window = true;
   t.supports_softcap = true;
   t.supports_sinks = true;
@@ -57,7 +53,7 @@ ValidationTarget gpu_target() {
   // read one block scale per 128-row tile (fa3/attention.h's Fp8Args).
   t.supports_fp8 = false;
   t.fp8_block_rows = 128;
-  t.locate = locate_pointer;
+  t.locate = locate_device_pointer;
   return t;
 }
 
@@ -79,7 +75,7 @@ ValidationTarget gpu_backward_target() {
 ValidationTarget gpu_merge_target() {
   ValidationTarget t;
   t.space = ValidationTarget::Space::kDevice;
-  t.locate = locate_pointer;
+  t.locate = locate_device_pointer;
   t.max_merge_parts = hopper::kMaxMergeParts;
   return t;
 }

@@ -48,6 +48,11 @@ struct ValidationTarget {
   std::size_t max_merge_parts = 0;
 };
 
+// "" when ptr is device (or managed) memory usable by the current device, else where it
+// is ("host memory", "memory of CUDA device 1 (current device is 0)", ...): the GPU
+// targets' `locate`.
+std::string locate_device_pointer(const void* ptr);
+
 // The target of fa3::forward: the compiled kernels, on the current device.
 ValidationTarget gpu_target();
 // The target of fa3::backward: the compiled backward kernels and their workspace.
