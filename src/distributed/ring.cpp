@@ -154,17 +154,7 @@ Status ring_forward(const RingArgs& args, ncclComm_t comm, cudaStream_t stream) 
   Ring ring{};
   FA3_RETURN_IF_ERROR(ring_of(comm, &ring));
   FA3_RETURN_IF_ERROR(detail::validate_ring(args, ring.rank, ring.size, gpu_target(), true));
-  if (ring.size == 1) {
-    ForwardArgs fwd;
-    fwd.q = args.q;
-    fwd.k = args.k;
-    fwd.v = args.v;
-    fwd.out = args.out;
-    fwd.lse = args.lse;
-    fwd.options.softmax_scale = args.softmax_scale;
-    fwd.options.causal = args.causal;
-    return forward(fwd, stream);
-  }
+  if (ring.size == 1) return forward(detail::shard_forward_args(args), stream);
   return run_ring(args, ring, comm, stream);
 }
 

@@ -87,6 +87,18 @@ WorkspaceLayout workspace_layout(const RingArgs& args, int world_size) {
   return l;
 }
 
+ForwardArgs shard_forward_args(const RingArgs& args) {
+  ForwardArgs whole;
+  whole.q = args.q;
+  whole.k = args.k;
+  whole.v = args.v;
+  whole.out = args.out;
+  whole.lse = args.lse;
+  whole.options.softmax_scale = args.softmax_scale;
+  whole.options.causal = args.causal;
+  return whole;
+}
+
 Status validate_ring(const RingArgs& args, int rank, int world_size, const ValidationTarget& target,
                      bool check_workspace) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -114,16 +126,8 @@ Status validate_ring(const RingArgs& args, int rank, int world_size, const Valid
       }
     }
   }
-  // The whole shard against the whole K/V shard: what every block is a part of.
-  ForwardArgs whole;
-  whole.q = args.q;
-  whole.k = args.k;
-  whole.v = args.v;
-  whole.out = args.out;
-  whole.lse = args.lse;
-  whole.options.softmax_scale = args.softmax_scale;
   Problem problem;
-  FA3_RETURN_IF_ERROR(validate_forward(whole, target, &problem));
+  FA3_RETURN_IF_ERROR(validate_forward(shard_forward_args(args), target, &problem));
   if (check_workspace && world_size > 1) {
     const std::size_t need = workspace_layout(args, world_size).bytes;
     if (args.workspace == nullptr || args.workspace_bytes < need) {

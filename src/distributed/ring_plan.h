@@ -63,6 +63,10 @@ struct WorkspaceLayout {
 // Assumes args passed validate_ring's shape rules.
 WorkspaceLayout workspace_layout(const RingArgs& args, int world_size);
 
+// The local call on the whole shard (q against the rank's whole K/V shard): what every
+// block of the ring is a part of, and the one call a ring of one rank makes.
+ForwardArgs shard_forward_args(const RingArgs& args);
+
 // The rules of ring_forward for `rank` of `world_size`, against `target` (fa3::forward's
 // on the device; a target without pointer checks in tests). check_workspace: whether
 // the workspace is checked (not for the size query).

@@ -117,14 +117,8 @@ TEST(MaskQueryBlocks, MatchDefinitionForKeyBlocks) {
   expect_query_blocks_match_definition<64, 80, NoMask>();
 }
 
-// The general policy for one window and chunk, with the parameters the dispatcher
-// gives the kernels, against Problem::visible: every block range covers each visible
-// (row, key) pair and starts and ends at a block holding one; a tile left unmasked has
-// every pair visible; each row's visible range is exact, and each key's range of rows
-// names the same pairs; and the forward's key ranges and the backward's query ranges
-// name the same (query block, key block) pairs, which deterministic dQ turns count on.
-template <int kBlockM, int kBlockN>
-void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int right, int chunk = 0) {
+// A problem's mask fields and the kernel parameters set_mask_params resolves from them.
+std::pair<Problem, FwdParams> resolved_mask(int seqlen_q, int seqlen_k, int left, int right, int chunk) {
   Problem pr;
   pr.seqlen_q = seqlen_q;
   pr.seqlen_k = seqlen_k;
@@ -136,6 +130,18 @@ void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int
   p.seqlen_k = seqlen_k;
   p.softmax_scale = 0.125f;
   set_mask_params(pr, &p);
+  return {pr, p};
+}
+
+// The general policy for one window and chunk, with the parameters the dispatcher
+// gives the kernels, against Problem::visible: every block range covers each visible
+// (row, key) pair and starts and ends at a block holding one; a tile left unmasked has
+// every pair visible; each row's visible range is exact, and each key's range of rows
+// names the same pairs; and the forward's key ranges and the backward's query ranges
+// name the same (query block, key block) pairs, which deterministic dQ turns count on.
+template <int kBlockM, int kBlockN>
+void expect_general_matches_definition(int seqlen_q, int seqlen_k, int left, int right, int chunk = 0) {
+  const auto [pr, p] = resolved_mask(seqlen_q, seqlen_k, left, right, chunk);
   const GeneralMask mask(p);
   const int m_blocks = (seqlen_q + kBlockM - 1) / kBlockM;
   const int n_blocks = (seqlen_k + kBlockN - 1) / kBlockN;
@@ -379,20 +385,7 @@ TEST(MaskKind, FollowsWindowChunkAndSoftcap) {
 // keys its own fixed-length call would.
 template <class Mask>
 void expect_for_sequence_matches_own_call(int max_q, int max_k, int left, int right, int chunk) {
-  const auto resolved = [&](int sq, int sk) {
-    Problem pr;
-    pr.seqlen_q = sq;
-    pr.seqlen_k = sk;
-    pr.window_left = left;
-    pr.window_right = right;
-    pr.chunk = chunk;
-    FwdParams p{};
-    p.seqlen_q = sq;
-    p.seqlen_k = sk;
-    p.softmax_scale = 0.125f;
-    set_mask_params(pr, &p);
-    return std::make_pair(pr, p);
-  };
+  const auto resolved = [&](int sq, int sk) { return resolved_mask(sq, sk, left, right, chunk); };
   const Mask call_mask(resolved(max_q, max_k).second);
   const int lens[][2] = {{1, 1}, {0, 5}, {5, 0}, {3, 17}, {17, 3}, {64, 64}, {127, 129}, {129, 127}, {1, max_k}};
   for (const auto& len : lens) {
