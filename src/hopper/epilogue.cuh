@@ -65,7 +65,7 @@ struct FwdEpilogue {
     if constexpr (Traits::kCfg.o_store == OStore::kRegisters) {
       store_o_from_registers(params.p, tid, tile, seq, tOrO);
     } else {
-      if (is_varlen(params.p)) {
+      if (is_varlen<Traits::kVarlen>(params.p)) {
         // O in Q's buffer: the other warpgroups' QueryRead arrivals are taken as the
         // store through shared memory would take them, so that the barrier's count
         // stays in step.
@@ -132,7 +132,7 @@ struct FwdEpilogue {
   __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const SeqBounds& seq,
                                    const float (&lse)[kRows]) {
     using namespace cute;
-    if (!kStoreWarp || is_varlen(p)) {
+    if (!kStoreWarp || is_varlen<Traits::kVarlen>(p)) {
       if (p.lse != nullptr && tid % 4 == 0) {
         float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
         CUTE_UNROLL

@@ -32,19 +32,20 @@ struct FwdTile {
 };
 
 struct FwdConfig {
-  int block_m;             // query rows per CTA tile (64 per consumer warpgroup)
-  int block_n;             // keys per K/V block
-  int stages;              // K/V shared-memory ring depth
-  int q_stages;            // Q buffers: 2 loads the next tile's Q while this one runs
-  int consumer_wgs;        // consumer warpgroups (block_m / 64)
-  int producer_regs;       // setmaxnreg for the producer warpgroup
-  int consumer_regs;       // setmaxnreg for each consumer warpgroup
-  bool pingpong;           // order consumer warpgroups' GEMMs with named barriers
-  OStore o_store;          // never kAuto
-  bool lazy_rescale;       // move a row's softmax reference only on large growth (softmax.cuh)
-  bool skip_blocks;        // a warpgroup skips the key blocks its rows do not see (fwd_mainloop.cuh)
-  bool q_registers;        // Q·Kᵀ reads Q from registers, loaded once per tile (fwd_mainloop.cuh)
-  int cluster_m;           // CTAs of a cluster, on consecutive query blocks, sharing each K/V load
+  int block_m;          // query rows per CTA tile (64 per consumer warpgroup)
+  int block_n;          // keys per K/V block
+  int stages;           // K/V shared-memory ring depth
+  int q_stages;         // Q buffers: 2 loads the next tile's Q while this one runs
+  int consumer_wgs;     // consumer warpgroups (block_m / 64)
+  int producer_regs;    // setmaxnreg for the producer warpgroup
+  int consumer_regs;    // setmaxnreg for each consumer warpgroup
+  bool pingpong;        // order consumer warpgroups' GEMMs with named barriers
+  OStore o_store;       // never kAuto
+  bool lazy_rescale;    // move a row's softmax reference only on large growth (softmax.cuh)
+  bool skip_blocks;     // a warpgroup skips the key blocks its rows do not see (fwd_mainloop.cuh)
+  bool q_registers;     // Q·Kᵀ reads Q from registers, loaded once per tile (fwd_mainloop.cuh)
+  int cluster_m;        // CTAs of a cluster, on consecutive query blocks, sharing each K/V load
+  bool varlen = false;  // carries the varlen paths (fwd_carries_varlen); set by launch_fwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   // Registers per thread at launch: the register file split evenly, in units of 8.
@@ -55,6 +56,26 @@ struct FwdConfig {
     return 128 * (producer_regs + consumer_wgs * consumer_regs) <= threads() * launch_regs();
   }
 };
+
+// Whether the kernels carry the varlen paths at all: only in a build with FA3_GPU_VARLEN.
+#ifdef FA3_GPU_VARLEN
+inline constexpr bool kVarlenKernels = true;
+#else
+inline constexpr bool kVarlenKernels = false;
+#endif
+
+// Whether the forward kernels of QK head dim `head_dim` and one mask family are the ones
+// that carry the varlen paths. Those of head dim 64 with tuned plain and causal kernels
+// run at the register limit (four consumer warpgroups at 112 registers, three at 160):
+// the varlen paths made them spill 52-84 bytes and cost fixed-length calls 5-12 %
+// (docs/perf-log.md). There only the general kernel carries them, and varlen calls of
+// head dim 64 run on it (fwd_dispatch.cpp); every other kernel carries them at no
+// measured cost.
+constexpr bool fwd_family_carries_varlen(int head_dim, bool general_mask) { return general_mask || head_dim > 64; }
+// Whether such a kernel carries them in this build.
+constexpr bool fwd_carries_varlen(int head_dim, bool general_mask) {
+  return kVarlenKernels && fwd_family_carries_varlen(head_dim, general_mask);
+}
 
 inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.

@@ -22,12 +22,21 @@ DType dtype_from_name(const char* name) {
   return std::string(name) == "fp16" ? DType::kFloat16 : DType::kBFloat16;
 }
 
+// The kernel family that runs a call on the kernels of QK head dim `head_dim`: its mask
+// kind's, except that a varlen call needs a family that carries the varlen paths, the
+// general one where the tuned plain and causal kernels do not (fwd_family_carries_varlen).
+MaskKind fwd_mask_kind(const Problem& p, int head_dim) {
+  const MaskKind kind = mask_kind(p);
+  if (p.varlen && !fwd_family_carries_varlen(head_dim, kind == MaskKind::kGeneral)) return MaskKind::kGeneral;
+  return kind;
+}
+
 // The dispatcher's order of preference among tile shapes, best first; kernels whose
 // shape is not listed keep the build's order after these. Chosen by measurement
 // (docs/perf-log.md).
 // `head_dim` is the kernel's (fwd_kernel_head_dims), which the measurements are of.
 std::vector<FwdTile> preferred_tiles(const Problem& p, int head_dim) {
-  const MaskKind kind = mask_kind(p);
+  const MaskKind kind = fwd_mask_kind(p, head_dim);
   if (kind == MaskKind::kGeneral) return {};  // one tile per head dim
   if (head_dim == 64 && p.seqlen_k <= 1024) {
     // Short rows of keys: a tile is a few key blocks, so its fixed cost weighs most,
@@ -119,7 +128,8 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
   const HeadDims dims = fwd_kernel_head_dims(p.head_dim, p.head_dim_v);
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (k.dtype == dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v && k.mask == mask_kind(p)) {
+    if (k.dtype == dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v &&
+        k.mask == fwd_mask_kind(p, dims.qk)) {
       out.push_back(&k);
     }
   }
@@ -136,13 +146,7 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
   return out;
 }
 
-bool fwd_varlen_enabled() {
-#ifdef FA3_GPU_VARLEN
-  return true;
-#else
-  return false;
-#endif
-}
+bool fwd_varlen_enabled() { return kVarlenKernels; }
 
 namespace {
 
@@ -224,7 +228,8 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
 
 Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream, const char* kernel) {
   const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype);
-  const std::string mask = mask_kind_name(mask_kind(p));
+  const int kernel_head_dim = fwd_kernel_head_dims(p.head_dim, p.head_dim_v).qk;
+  const std::string mask = mask_kind_name(fwd_mask_kind(p, kernel_head_dim));
   const std::string dims = p.head_dim_v == p.head_dim ? "head dim " + std::to_string(p.head_dim)
                                                       : "head dims (q/k, v) (" + std::to_string(p.head_dim) + ", " +
                                                             std::to_string(p.head_dim_v) + ")";

@@ -122,7 +122,7 @@ struct FwdKernel {
   // tile's slot). Read where it is used, so that the producer, whose registers are few,
   // keeps no bounds live across its loads.
   __device__ static Mask sequence_mask(const FwdParams& p, const Mask& mask, int batch) {
-    const SeqBounds seq = seq_bounds(p, batch);
+    const SeqBounds seq = seq_bounds<Traits::kVarlen>(p, batch);
     return for_sequence(mask, seq.seqlen_q, seq.seqlen_k);
   }
 
@@ -133,12 +133,12 @@ struct FwdKernel {
   // of a cluster run one cluster's blocks of one head, so they skip alike. Every tile
   // skipped is drawn, so that the counter's protocol (TileScheduler::next) holds.
   __device__ static int skip_empty(const Params& params, const Scheduler& scheduler, int t) {
-    if (!is_varlen(params.p)) return t;
+    if (!is_varlen<Traits::kVarlen>(params.p)) return t;
 #pragma unroll 1
     for (; scheduler.valid(t); t = scheduler.next(t, params.tile_counter)) {
       const TileCoord tile = scheduler.coord(t);
       const int first_row = tile.m_block / Traits::kCluster * Traits::kCluster * Traits::kBlockM;
-      if (first_row < seq_bounds(params.p, tile.batch).seqlen_q) break;
+      if (first_row < seq_bounds<Traits::kVarlen>(params.p, tile.batch).seqlen_q) break;
     }
     return t;
   }
@@ -189,7 +189,7 @@ struct FwdKernel {
   // 0, but 0 times NaN is NaN; the consumers clear them (FwdConsumer::mma_tile). Returns
   // how many of the block's keys are the sequence's (kBlockN: nothing to clear).
   __device__ static int v_rows_to_clear(const FwdParams& p, const SeqBounds& seq, BlockRange keys) {
-    if (!is_varlen(p) || keys.end <= keys.begin) return Traits::kBlockN;
+    if (!is_varlen<Traits::kVarlen>(p) || keys.end <= keys.begin) return Traits::kBlockN;
     const int valid = seq.seqlen_k - (keys.end - 1) * Traits::kBlockN;
     return valid < Traits::kBlockN ? valid : Traits::kBlockN;
   }

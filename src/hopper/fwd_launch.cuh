@@ -54,7 +54,11 @@ Status max_active_clusters(KernelFn kernel, const cudaLaunchConfig_t& config, in
 template <class Element, int kHeadDim, int kHeadDimV, class Mask, FwdTile kTile>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
-  constexpr FwdConfig kCfg = fwd_config(kHeadDim, kHeadDimV, kTile);
+  constexpr FwdConfig kCfg = [] {
+    FwdConfig c = fwd_config(kHeadDim, kHeadDimV, kTile);
+    c.varlen = fwd_carries_varlen(kHeadDim, Mask::kGeneral);
+    return c;
+  }();
   static_assert(kCfg.cluster_m == 1 || !Mask::kCausal, "causal query blocks differ in key blocks: no shared loads");
   using Traits = FwdTraits<Element, kHeadDim, kHeadDimV, kCfg>;
   using Kernel = FwdKernel<Traits, Mask>;
@@ -66,9 +70,9 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   // and stores none of them. A varlen call's packed tensors are one batch entry of all
   // their rows (q_rows, k_rows, tensor_batches in hopper/tile_scheduler.cuh), which the
   // kernel offsets to each sequence's first row; its O is never stored by TMA.
-  const int rows_q = q_rows(p);
-  const int rows_k = k_rows(p);
-  const int batches = tensor_batches(p);
+  const int rows_q = q_rows<kCfg.varlen>(p);
+  const int rows_k = k_rows<kCfg.varlen>(p);
+  const int batches = tensor_batches<kCfg.varlen>(p);
   auto q_shape = make_shape(rows_q, p.head_dim, p.nheads_q, batches);
   auto k_shape = make_shape(rows_k, p.head_dim, p.nheads_kv, batches);
   auto vt_shape = make_shape(p.head_dim_v, rows_k, p.nheads_kv, batches);

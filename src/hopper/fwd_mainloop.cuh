@@ -91,15 +91,16 @@ struct FwdProducer {
     // than the store needs is live in the producer's few registers.
     arch::compiler_barrier();
     smem.tile[q_state.index].tile = tile;
-    const SeqBounds seq = valid ? seq_bounds(p, tile.batch) : SeqBounds{0, 0, 0, 0};
+    const SeqBounds seq = valid ? seq_bounds<Traits::kVarlen>(p, tile.batch) : SeqBounds{0, 0, 0, 0};
     smem.tile[q_state.index].seq = seq;
     arch::compiler_barrier();
     if (valid) {
       // A varlen call's rows start at the sequence's offset, not on a block boundary;
       // the block's rows past its end are the next sequence's (or TMA's zero fill),
       // computed and never stored.
-      Tensor mQ = params.tma_q.get_tma_tensor(make_shape(q_rows(p), p.head_dim, p.nheads_q, tensor_batches(p)));
-      Tensor mQh = mQ(_, _, tile.head, tensor_batch(p, tile.batch));
+      Tensor mQ = params.tma_q.get_tma_tensor(
+          make_shape(q_rows<Traits::kVarlen>(p), p.head_dim, p.nheads_q, tensor_batches<Traits::kVarlen>(p)));
+      Tensor mQh = mQ(_, _, tile.head, tensor_batch<Traits::kVarlen>(p, tile.batch));
       Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQh), Shape<BM, D>{},
                              make_coord(tile.m_block, _0{}));
       Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});  // (BM, D, q stages)
@@ -144,10 +145,11 @@ struct FwdProducer {
     using namespace cute;
     const FwdParams& p = params.p;
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
-    const int batch = tensor_batch(p, tile.batch);
-    const SeqBounds seq = seq_bounds(p, tile.batch);
+    const int batch = tensor_batch<Traits::kVarlen>(p, tile.batch);
+    const SeqBounds seq = seq_bounds<Traits::kVarlen>(p, tile.batch);
 
-    Tensor mK = params.tma_k.get_tma_tensor(make_shape(k_rows(p), p.head_dim, p.nheads_kv, tensor_batches(p)));
+    Tensor mK = params.tma_k.get_tma_tensor(
+        make_shape(k_rows<Traits::kVarlen>(p), p.head_dim, p.nheads_kv, tensor_batches<Traits::kVarlen>(p)));
     Tensor gK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mK(_, _, head_kv, batch)), Shape<BN, D>{},
                            make_coord(_, _0{}));  // (BN, D, n)
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
@@ -156,7 +158,8 @@ struct FwdProducer {
     const Layout<typename Traits::Cluster> cluster{};
     auto [tKgK, tKsK] = tma_partition(params.tma_k, rank, cluster, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
 
-    Tensor mVt = params.tma_v.get_tma_tensor(make_shape(p.head_dim_v, k_rows(p), p.nheads_kv, tensor_batches(p)));
+    Tensor mVt = params.tma_v.get_tma_tensor(
+        make_shape(p.head_dim_v, k_rows<Traits::kVarlen>(p), p.nheads_kv, tensor_batches<Traits::kVarlen>(p)));
     Tensor gVt = local_tile(domain_offset(make_coord(_0{}, seq.offset_k), mVt(_, _, head_kv, batch)), Shape<DV, BN>{},
                             make_coord(_0{}, _));  // (DV, BN, n)
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});

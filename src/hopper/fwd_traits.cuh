@@ -42,6 +42,7 @@ template <class Element_, int kHeadDim_, int kHeadDimV_, FwdConfig kCfg_>
 struct FwdTraits {
   using Element = Element_;
   static constexpr FwdConfig kCfg = kCfg_;
+  static constexpr bool kVarlen = kCfg.varlen;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kCfg.block_m;

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hopper/fwd_config.h"
 #include "hopper/fwd_params.h"
 
 namespace fa3::hopper {
@@ -43,20 +44,12 @@ struct alignas(16) TileSlot {
   TileCoord tile;
 };
 
-// Whether the kernels carry the varlen paths at all: only in a build with FA3_GPU_VARLEN,
-// so that until those paths have run on a GPU the default build's kernels are the
-// fixed-length ones, every varlen branch folded away (they add registers where the
-// tightest configurations have none to spare).
-#ifdef FA3_GPU_VARLEN
-inline constexpr bool kVarlenKernels = true;
-#else
-inline constexpr bool kVarlenKernels = false;
-#endif
-
-// Whether a call is varlen (FwdParams::cu_seqlens_q), as the kernels see it.
-template <class Params>
+// Whether a call is varlen (FwdParams::cu_seqlens_q), as a kernel that carries the
+// varlen paths (kCarries: FwdConfig::varlen) sees it; in one that does not, every
+// varlen branch folds away. The helpers below take the same switch.
+template <bool kCarries = kVarlenKernels, class Params>
 __host__ __device__ bool is_varlen(const Params& p) {
-  return kVarlenKernels && p.cu_seqlens_q != nullptr;
+  return kCarries && p.cu_seqlens_q != nullptr;
 }
 
 // A tile's sequence: the first of its batch entry's rows in the tensors as the kernels
@@ -69,9 +62,9 @@ struct SeqBounds {
   int seqlen_k;
 };
 
-template <class Params>
+template <bool kCarries = kVarlenKernels, class Params>
 __host__ __device__ SeqBounds seq_bounds(const Params& p, int batch) {
-  if (!is_varlen(p)) return {0, 0, p.seqlen_q, p.seqlen_k};
+  if (!is_varlen<kCarries>(p)) return {0, 0, p.seqlen_q, p.seqlen_k};
   const int offset_q = p.cu_seqlens_q[batch];
   const int offset_k = p.cu_seqlens_k[batch];
   const int seqlen_q = p.seqused_q != nullptr ? p.seqused_q[batch] : p.cu_seqlens_q[batch + 1] - offset_q;
@@ -81,24 +74,24 @@ __host__ __device__ SeqBounds seq_bounds(const Params& p, int batch) {
 
 // The batch index of a tile's rows in the tensors as the kernels see them: a varlen
 // call's packed tensors are one batch entry of all the rows.
-template <class Params>
+template <bool kCarries = kVarlenKernels, class Params>
 __host__ __device__ int tensor_batch(const Params& p, int batch) {
-  return is_varlen(p) ? 0 : batch;
+  return is_varlen<kCarries>(p) ? 0 : batch;
 }
 
 // The shape of the tensors as the kernels see them (rows, batch entries): a varlen call's
 // are one entry of all the packed rows.
-template <class Params>
+template <bool kCarries = kVarlenKernels, class Params>
 __host__ __device__ int q_rows(const Params& p) {
-  return is_varlen(p) ? p.total_q : p.seqlen_q;
+  return is_varlen<kCarries>(p) ? p.total_q : p.seqlen_q;
 }
-template <class Params>
+template <bool kCarries = kVarlenKernels, class Params>
 __host__ __device__ int k_rows(const Params& p) {
-  return is_varlen(p) ? p.total_k : p.seqlen_k;
+  return is_varlen<kCarries>(p) ? p.total_k : p.seqlen_k;
 }
-template <class Params>
+template <bool kCarries = kVarlenKernels, class Params>
 __host__ __device__ int tensor_batches(const Params& p) {
-  return is_varlen(p) ? 1 : p.batch;
+  return is_varlen<kCarries>(p) ? 1 : p.batch;
 }
 
 // The forward's tile handed from the producer to the consumers: the coordinates and the

@@ -104,6 +104,25 @@ TEST(FwdDispatch, WindowAndSoftcapRunTheGeneralKernel) {
   }
 }
 
+// A varlen call runs on kernels that carry the varlen paths: its own family's, or the
+// general one at head dim 64, whose plain and causal kernels leave them out.
+TEST(FwdDispatch, VarlenCallsRunOnKernelsThatCarryTheVarlenPaths) {
+  for (DType dtype : fwd_dtypes()) {
+    for (int d : fwd_head_dims()) {
+      for (bool causal : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "hdim " << d << (causal ? " causal" : ""));
+        Problem p = problem(d, causal, 1000, 1000);
+        p.varlen = true;
+        const MaskKind want = fwd_family_carries_varlen(d, false) ? kind(causal) : MaskKind::kGeneral;
+        const std::vector<const FwdKernelEntry*> c = fwd_candidates(p, dtype);
+        for (const FwdKernelEntry* k : c) EXPECT_EQ(k->mask, want) << k->name();
+        p.varlen = false;
+        for (const FwdKernelEntry* k : fwd_candidates(p, dtype)) EXPECT_EQ(k->mask, kind(causal)) << k->name();
+      }
+    }
+  }
+}
+
 // Head dim 64 prefers four warpgroups of 64-key blocks while rows of keys are short
 // and three of 128-key blocks beyond; the query length does not enter the choice.
 TEST(FwdDispatch, HeadDim64TileFollowsKeyLength) {
