@@ -8,6 +8,7 @@ to carry and nothing for torch.compile to trace through.
 import torch
 
 from . import _C
+from ._handoff import call
 from ._torch_ops import _placement
 
 _GPU_LATER = "is not implemented on the GPU yet; it runs on CPU tensors"
@@ -40,7 +41,7 @@ def run_kvcache(q, k_cache, v_cache, cache_seqlens, optional, options, return_so
     batch, seqlen_q, nheads, _ = q.shape
     out = q.new_empty((batch, seqlen_q, nheads, v_cache.shape[-1]))
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
-    _C.forward_with_kvcache(q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options, **_placement(q))
+    call(_C.forward_with_kvcache, q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options, **_placement(q))
     return (out, lse) if return_softmax_lse else out
 
 
@@ -60,7 +61,8 @@ def combine(out_partial, lse_partial, out, out_dtype):
     dtype = out_dtype if out_dtype is not None else (out.dtype if out is not None else out_partial.dtype)
     flat_out = torch.empty((rows, nheads, headdim), dtype=dtype, device=out_partial.device)
     flat_lse = torch.empty((rows, nheads), dtype=torch.float32, device=out_partial.device)
-    _C.combine(
+    call(
+        _C.combine,
         out_partial.reshape(splits, rows, nheads, headdim),
         lse_partial.reshape(splits, rows, nheads),
         flat_out,

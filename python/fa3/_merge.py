@@ -11,6 +11,7 @@ backward pass.
 import torch
 
 from . import _C
+from ._handoff import call
 from ._torch_ops import _placement
 
 
@@ -33,7 +34,7 @@ def merge_attention_states_list(outs, lses):
     out = torch.empty_like(outs[0], memory_format=torch.contiguous_format)
     lse = torch.empty_like(lses[0], memory_format=torch.contiguous_format)
     stream = _placement(outs[0]).get("stream", 0)
-    _C.merge_attention_states([t.detach() for t in outs], [t.detach() for t in lses], out, lse, stream=stream)
+    call(_C.merge_attention_states, [t.detach() for t in outs], [t.detach() for t in lses], out, lse, stream=stream)
     return out, lse
 
 

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from . import _C
+from ._handoff import call
 from ._torch_ops import _forward_outputs, _placement
 
 
@@ -38,7 +39,8 @@ def attention_forward_fp8(
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse); the scales' shapes and meaning are fa3/attention.h's Fp8Args."""
     out, lse = _forward_outputs(q, v)
-    _C.forward(
+    call(
+        _C.forward,
         q,
         k,
         v,

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from . import _C
+from ._handoff import call
 
 
 def _out_dtype(dtype):
@@ -44,7 +45,8 @@ def _run_forward(
     tensors and bounds."""
     q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
     out, lse = (outputs or _forward_outputs)(q, v)
-    _C.forward(
+    call(
+        _C.forward,
         q,
         k,
         v,
@@ -132,7 +134,7 @@ def attention_backward(
         "deterministic": deterministic,
         "attention_chunk": attention_chunk,
     }
-    _C.backward(*tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
+    call(_C.backward, *tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
     return dq, dk, dv, dsinks
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from . import _C
+from ._handoff import call
 from ._torch_ops import _detached, _dsinks_like, _out_dtype, _placement, _run_forward
 
 
@@ -107,7 +108,8 @@ def varlen_backward(
     (0 elements) when sinks is None. Rows of no sequence get zero gradients."""
     dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
     dsinks = _dsinks_like(q, sinks)
-    _C.backward(
+    call(
+        _C.backward,
         dout.detach(),
         q.detach(),
         k.detach(),

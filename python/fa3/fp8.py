@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from . import _C
+from ._handoff import call
 
 _INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -57,7 +58,7 @@ def quantize_tensor(x, block=128, hadamard=False, seed=0):
     codes = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty((batch, nheads, -(-seqlen // block) if block > 0 else 1), dtype=torch.float32, device=x.device)
     stream = torch.cuda.current_stream(x.device).cuda_stream if x.device.type == "cuda" else 0
-    _C.fp8_quantize(x.detach(), codes, scale, block_rows=block, hadamard=hadamard, seed=seed, stream=stream)
+    call(_C.fp8_quantize, x.detach(), codes, scale, block_rows=block, hadamard=hadamard, seed=seed, stream=stream)
     return codes, scale
 
 

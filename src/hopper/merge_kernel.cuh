@@ -56,6 +56,26 @@ __device__ inline std::int64_t row_offset(const std::int64_t* stride, std::int64
   return b * stride[0] + s * stride[1] + h * stride[2];
 }
 
+// A row's (batch, seq, head). A 64-bit division is a software routine of tens of
+// instructions, and a row costs only a few per value otherwise: 32-bit ones wherever
+// the row count allows.
+__device__ inline void split_row(std::int64_t row, const MergeShape& shape, std::int64_t* b, std::int64_t* s,
+                                 std::int64_t* h) {
+  if (shape.rows <= 0x7fffffff) {
+    const unsigned r = static_cast<unsigned>(row);
+    const unsigned heads = static_cast<unsigned>(shape.extent[2]);
+    const unsigned seqs = static_cast<unsigned>(shape.extent[1]);
+    const unsigned q = r / heads;
+    *h = r - q * heads;
+    *s = q % seqs;
+    *b = q / seqs;
+  } else {
+    *h = row % shape.extent[2];
+    *s = row / shape.extent[2] % shape.extent[1];
+    *b = row / shape.extent[2] / shape.extent[1];
+  }
+}
+
 // Adds w times the lane's values of one part's row, held as `In`, to acc: kMergeChunks
 // accesses of kVec values, the lanes of the group interleaved.
 template <class In, int kVec>
@@ -80,15 +100,17 @@ __device__ inline void accumulate_part(const void* row, std::int64_t stride_d, s
 template <class Parts, class Out, int kVec>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ MergeParams<Parts> p) {
   using namespace merge_detail;
+  // lanes is a power of two: shifts and masks, not divisions.
   const int lanes = p.shape.lanes_per_row;
-  const int lane = threadIdx.x % lanes;
-  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (kMergeThreads / lanes) + threadIdx.x / lanes;
+  const int shift = __ffs(lanes) - 1;
+  const int lane = threadIdx.x & (lanes - 1);
+  const std::int64_t row =
+      static_cast<std::int64_t>(blockIdx.x) * (kMergeThreads >> shift) + static_cast<int>(threadIdx.x >> shift);
   // A whole group shares its row, so it leaves together and its shuffles stay complete.
   if (row >= p.shape.rows) return;
-  const unsigned group = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << (threadIdx.x % 32 / lanes * lanes);
-  const std::int64_t h = row % p.shape.extent[2];
-  const std::int64_t s = row / p.shape.extent[2] % p.shape.extent[1];
-  const std::int64_t b = row / p.shape.extent[2] / p.shape.extent[1];
+  const unsigned group = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << ((threadIdx.x % 32) & ~(lanes - 1));
+  std::int64_t b, s, h;
+  split_row(row, p.shape, &b, &s, &h);
   const int parts = p.parts.count;
   auto lse_of = [&](int i) {
     const RowScalars lse = p.parts.get(i).lse;

@@ -196,8 +196,8 @@ class SweepBuffers {
 };
 
 // The timed pass of one shape. A backward first runs the forward once, untimed, for
-// the out and lse it reads; as either call may refuse the shape (the GPU's backward
-// takes equal head dims only), `refused_by` then names the one that did.
+// the out and lse it reads; as either call may refuse the shape (no kernel built for
+// its head dims, say), `refused_by` then names the one that did.
 Status time_shape(const AttentionShape& s, const BenchConfig& c, bool gpu, const TimingConfig& timing,
                   const SweepBuffers& buffers, Timing* t, std::string* refused_by) {
   cpu::Options cpu_options;

@@ -128,7 +128,7 @@ options:
   --head-dim-v N     head dim of v and out in every shape (default: the shape's
                      head dim), such as DeepSeek-V3's --head-dims 192
                      --head-dim-v 128; nheads still count the head dim of q
-                     and k. The GPU backward takes equal head dims only
+                     and k
   --seqlens LIST     comma-separated sequence lengths
   --causal           causal shapes only
   --non-causal       non-causal shapes only (neither or both: both)
