@@ -3,9 +3,12 @@
 // straight from registers (16-byte stores after a transpose inside each quad), as the
 // configuration's OStore says; LSE is written per row.
 //
-// A varlen call's O leaves from registers whatever the OStore: a TMA store writes whole
-// 64-row boxes, and a box that starts inside a sequence ends in the next one, whose rows
-// another tile writes. The register path stores each row under its own predicate.
+// A varlen call's O is never stored by TMA: a TMA store writes whole 64-row boxes, and a
+// box that starts inside a sequence ends in the next one, whose rows another tile
+// writes. With O's own buffer the store warp copies the rows from shared memory itself,
+// each under its own predicate (so the consumers hold nothing more than for a
+// fixed-length call: the register path's transposes and addresses made the kernels at
+// their register limit spill); otherwise the register path stores each row.
 //
 // With O's own buffer a warp of the producer warpgroup does the global stores: each
 // consumer warpgroup writes its rows of O and LSE and the tile's coordinates to shared
@@ -65,7 +68,7 @@ struct FwdEpilogue {
     if constexpr (Traits::kCfg.o_store == OStore::kRegisters) {
       store_o_from_registers(params.p, tid, tile, seq, tOrO);
     } else {
-      if (is_varlen<Traits::kVarlen>(params.p)) {
+      if (is_varlen<Traits::kVarlen>(params.p) && !kStoreWarp) {
         // O in Q's buffer: the other warpgroups' QueryRead arrivals are taken as the
         // store through shared memory would take them, so that the barrier's count
         // stays in step.
@@ -74,7 +77,7 @@ struct FwdEpilogue {
         }
         store_o_from_registers(params.p, tid, tile, seq, tOrO);
       } else {
-        store_o_through_smem(params, smem, state, tid, tile, tOrO, lse);
+        store_o_through_smem(params, smem, state, tid, tile, seq, tOrO, lse);
       }
     }
   }
@@ -84,7 +87,7 @@ struct FwdEpilogue {
     if constexpr (kStoreWarp) {
       const int wg = tid / 128;
       arch::mbarrier_wait(&smem.o_free[wg], state.free_phase);
-      if (tid % 128 == 0) smem.o_tile[wg].tile = TileCoord{-1, 0, 0};
+      if (tid % 128 == 0) smem.o_tile[wg] = FwdTileSlot{TileCoord{-1, 0, 0}, SeqBounds{0, 0, 0, 0}};
       publish(smem, wg);
     } else if constexpr (Traits::kCfg.o_store == OStore::kQBuffer) {
       drain(tid);
@@ -104,22 +107,31 @@ struct FwdEpilogue {
       // Every consumer warpgroup runs the same tiles, so they stop together.
       for (int w = 0; w < Traits::kConsumerWGs; ++w) {
         arch::mbarrier_wait(&smem.o_full[w], full_phase);
-        const TileCoord tile = smem.o_tile[w].tile;
+        const FwdTileSlot slot = smem.o_tile[w];
+        const TileCoord tile = slot.tile;
         if (tile.m_block < 0) {
           done = true;
           continue;
         }
-        if (lane == 0) issue_store(params, smem, tile, w);
+        const bool varlen = is_varlen<Traits::kVarlen>(p);
+        if (varlen) {
+          store_rows(p, smem, slot, w, lane);
+        } else if (lane == 0) {
+          issue_store(params, smem, tile, w);
+        }
         if (p.lse != nullptr) {
           float* lse = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
           CUTE_UNROLL
           for (int i = lane; i < 64; i += 32) {
             const int row = tile.m_block * Traits::kBlockM + w * 64 + i;
-            if (row < p.seqlen_q) lse[row * p.lse_row_stride] = smem.o_lse[w * 64 + i];
+            if (row < slot.seq.seqlen_q) {
+              lse[static_cast<std::int64_t>(slot.seq.offset_q + row) * p.lse_row_stride] = smem.o_lse[w * 64 + i];
+            }
           }
         }
-        // The phase completes with lane 0's arrival, after the TMA has read O.
-        if (lane == 0) tma_store_wait<0>();
+        // The phase completes with lane 0's arrival, after the TMA has read O (the
+        // varlen copies above have read it by the time they are issued).
+        if (lane == 0 && !varlen) tma_store_wait<0>();
         arch::mbarrier_arrive(&smem.o_free[w]);
       }
     }
@@ -127,12 +139,12 @@ struct FwdEpilogue {
 
   // Stores the LSE of this thread's rows (those of the S fragment), if the caller asked
   // for it. Every consumer thread calls it. With the store warp the LSE goes to shared
-  // memory with O instead (store_o), except in a varlen call, whose O does not go there.
+  // memory with O instead (store_o).
   template <int kRows>
   __device__ static void store_lse(const FwdParams& p, int tid, TileCoord tile, const SeqBounds& seq,
                                    const float (&lse)[kRows]) {
     using namespace cute;
-    if (!kStoreWarp || is_varlen<Traits::kVarlen>(p)) {
+    if constexpr (!kStoreWarp) {
       if (p.lse != nullptr && tid % 4 == 0) {
         float* lse_out = p.lse + tile.batch * p.lse_batch_stride + tile.head * p.lse_head_stride;
         CUTE_UNROLL
@@ -158,6 +170,29 @@ struct FwdEpilogue {
   // reads by the writer's own release (not through a barrier and another thread's).
   __device__ static void publish(SharedStorage& smem, int wg) { arch::mbarrier_arrive(&smem.o_full[wg]); }
 
+  // A varlen call's rows of consumer warpgroup w's O, copied from its buffer by the store
+  // warp's lanes 16 bytes at a time (a row's 16-byte groups stay whole in the swizzled
+  // layout), each row under its own predicate, and only the call's head_dim_v columns.
+  __device__ static void store_rows(const FwdParams& p, SharedStorage& smem, const FwdTileSlot& slot, int w,
+                                    int lane) {
+    using namespace cute;
+    Tensor sO = make_tensor(make_smem_ptr(smem.o_buffer(w)), typename Traits::SmemLayoutO{});
+    constexpr int kGroups = Traits::kHeadDimV / 8;  // 16-byte groups per row
+    Element* out =
+        static_cast<Element*>(p.out) + slot.tile.batch * p.o_batch_stride + slot.tile.head * p.o_head_stride;
+    const int row0 = slot.tile.m_block * Traits::kBlockM + w * 64;
+#pragma unroll 4
+    for (int i = lane; i < 64 * kGroups; i += 32) {
+      const int r = i / kGroups;
+      const int col = 8 * (i % kGroups);
+      if (row0 + r < slot.seq.seqlen_q && col < p.head_dim_v) {
+        const uint4 v = *reinterpret_cast<const uint4*>(&sO(r, col));
+        *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(slot.seq.offset_q + row0 + r) * p.o_row_stride +
+                                  col) = v;
+      }
+    }
+  }
+
   // Issues the TMA store of consumer warpgroup w's rows of O (one thread).
   template <class Params>
   __device__ static void issue_store(const Params& params, SharedStorage& smem, TileCoord tile, int w) {
@@ -182,7 +217,8 @@ struct FwdEpilogue {
 
   template <class Params, class TensorO, int kRows>
   __device__ static void store_o_through_smem(const Params& params, SharedStorage& smem, State& state, int tid,
-                                              TileCoord tile, const TensorO& tOrO, const float (&lse)[kRows]) {
+                                              TileCoord tile, const SeqBounds& seq, const TensorO& tOrO,
+                                              const float (&lse)[kRows]) {
     using namespace cute;
     const int wg = tid / 128;
     const int wg_tid = tid % 128;
@@ -202,7 +238,7 @@ struct FwdEpilogue {
         CUTE_UNROLL
         for (int r = 0; r < kRows; ++r) smem.o_lse[lse_row(tid, r)] = lse[r];
       }
-      if (wg_tid == 0) smem.o_tile[wg].tile = tile;
+      if (wg_tid == 0) smem.o_tile[wg] = FwdTileSlot{tile, seq};
       // Generic-proxy writes must be visible to the TMA (async proxy) before it reads.
       cutlass::arch::fence_view_async_shared();
       publish(smem, wg);

@@ -149,7 +149,7 @@ struct FwdTraits {
     // warpgroup's tile for the store warp, and the barriers that hand a warpgroup's rows
     // to the store warp and back.
     float o_lse[kCfg.o_store == OStore::kOwnBuffer ? kBlockM : 1];
-    TileSlot o_tile[kConsumerWGs];
+    FwdTileSlot o_tile[kConsumerWGs];  // with the sequence's bounds, for a varlen call's rows
     std::uint64_t o_full[kConsumerWGs];
     std::uint64_t o_free[kConsumerWGs];
     typename QPipeline::Storage q_pipe;
