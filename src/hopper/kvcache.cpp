@@ -93,6 +93,11 @@ CacheIndex cache_index(const KvCacheProblem& kp, const KvCacheArgs& a) {
 
 std::int64_t contiguous_rows(const Problem& p) { return p.batch * p.seqlen_q * p.nheads_q; }
 
+// A window side or chunk for the kernel's 32-bit position arithmetic: one past every
+// position a cache holds means the same as any larger one, and keeps i + seqlen_k -
+// seqlen_q - left from overflowing.
+int position_bound(std::int64_t v) { return v < 0 ? -1 : static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); }
+
 }  // namespace
 
 bool kvcache_enabled() {
@@ -120,6 +125,10 @@ Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int n
     return {StatusCode::kNotSupported, "q: no GPU KV-cache kernel was built for " + std::string(dtype_name(dtype)) +
                                            " with head dims " + std::to_string(p.head_dim) + " (q, k) and " +
                                            std::to_string(p.head_dim_v) + " (v)"};
+  }
+  if (kp.capacity > (std::int64_t{1} << 30)) {
+    return {StatusCode::kNotSupported, "k_cache: " + std::to_string(kp.capacity) +
+                                           " positions per sequence are more than the GPU's KV-cache kernel takes (2^30)"};
   }
   const std::int64_t rows = p.seqlen_q * p.group_size();
   out.block_m = rows <= 16 ? 16 : 64;
@@ -181,9 +190,9 @@ Status run_kvcache(const KvCacheProblem& kp, const KvCacheArgs& a, const KvCache
   k.num_splits = plan.num_splits;
   k.softmax_scale = p.softmax_scale;
   k.softcap = p.softcap;
-  k.window_left = static_cast<int>(p.window_left);
-  k.window_right = static_cast<int>(p.window_right);
-  k.chunk = static_cast<int>(p.chunk);
+  k.window_left = position_bound(p.window_left);
+  k.window_right = position_bound(p.window_right);
+  k.chunk = p.chunk > 0 ? position_bound(p.chunk) : 0;
 
   if (kp.seqlen_new > 0 || kp.rotary_dim > 0) {
     KvAppendParams ap;

@@ -236,6 +236,14 @@ def test_bad_arguments_name_the_argument_and_leave_the_cache(change, exception, 
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
 
 
+def test_workspace_size_is_zero_for_cpu_tensors():
+    q, k_cache, v_cache, k_new, v_new, seqlens = make_inputs(10)
+    out = q.new_empty(q.shape)
+    lse = q.new_empty((BATCH, NHEADS, q.shape[1]))
+    assert fa3._C.kvcache_workspace_size(q, k_cache, v_cache, seqlens, out, lse, k_new=k_new, v_new=v_new,
+                                         num_splits=3) == 0
+
+
 def direct_merge(out_partial, lse_partial):
     lse = torch.logsumexp(lse_partial.double(), dim=0)
     weights = torch.exp(lse_partial.double() - lse).nan_to_num(0.0)
