@@ -27,6 +27,7 @@
 #include "hopper/arch/mma_sync.cuh"
 #include "hopper/arch/ptx.cuh"
 #include "hopper/kvcache_config.h"
+#include "hopper/kvcache_keys.h"
 #include "hopper/kvcache_params.h"
 #include "hopper/softcap.cuh"
 
@@ -43,28 +44,6 @@ template <int kDim>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kDim + ((chunk ^ (row & 7)) << 3);
 }
-
-// The keys each query row of one sequence sees, as fa3::Problem::first_key / last_key
-// define them for a call of batch 1 with this sequence's lengths.
-struct SequenceMask {
-  int seqlen_q, seqlen_k, left, right, chunk;
-
-  __device__ int chunk_start(int i) const {
-    const int pos = i + seqlen_k - seqlen_q;
-    const int c = pos >= 0 ? pos / chunk : -((-pos + chunk - 1) / chunk);
-    return c * chunk;
-  }
-  __device__ int first_key(int i) const {
-    int first = left < 0 ? 0 : max(0, i + seqlen_k - seqlen_q - left);
-    if (chunk > 0) first = max(first, chunk_start(i));
-    return first;
-  }
-  __device__ int last_key(int i) const {
-    int last = right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, i + seqlen_k - seqlen_q + right);
-    if (chunk > 0) last = min(last, chunk_start(i) + chunk - 1);
-    return last;
-  }
-};
 
 // Element offset of cache position `pos` of KV head `hkv` of sequence b.
 __device__ __forceinline__ std::int64_t cache_offset(const CacheTensor& t, const CacheIndex& ix, int b,
@@ -138,14 +117,8 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   const int last_row = min(row0 + kBlockM, rows) - 1;
   const int key_begin = mask.first_key(row0 / p.group);
   const int key_end = mask.last_key(last_row / p.group) + 1;
-  int n_first = 0, count = 0;
-  if (key_end > key_begin) {
-    const int n_begin = key_begin / kBlockN;
-    const int blocks = (key_end + kBlockN - 1) / kBlockN - n_begin;
-    const int per_split = (blocks + p.num_splits - 1) / p.num_splits;
-    n_first = n_begin + split * per_split;
-    count = max(0, min(per_split, n_begin + blocks - n_first));
-  }
+  int n_first = 0;
+  const int count = split_blocks(key_begin, key_end, kBlockN, p.num_splits, split, &n_first);
 
   // Q's rows of the tile, zero past the rows and past the head dim.
   {
