@@ -49,7 +49,9 @@
 // (fa3/merge.h), on a Hopper GPU with every tensor in the current device's memory.
 // forward_with_kvcache runs on kernels of its own (split-KV over the cache, the query
 // heads of one KV head together, then that merge) in a build with FA3_GPU_KVCACHE, and
-// is refused (kNotSupported) otherwise.
+// is refused (kNotSupported) otherwise. There the splits are at most 128 and at most the
+// cache's blocks of 64 positions, and q, k_cache, v_cache and (with one split) out must
+// have 16-byte aligned addresses and row strides (refused with kNotSupported otherwise).
 #pragma once
 
 #include <cuda_runtime_api.h>
