@@ -275,10 +275,10 @@ TEST_P(GpuKvCacheTest, MatchesCpuPathForEverySplitCount) {
 
     std::size_t bytes = 0;
     const Status sized = kvcache_workspace_size(args, &bytes);
-    if (sized.code() == StatusCode::kNotSupported &&
-        sized.message().find("no GPU KV-cache kernel") != std::string::npos) {
-      GTEST_SKIP() << sized.message();
-    }
+    // A build without kernels for the case's dtype or head dims says so; nothing else skips.
+    const bool unbuilt = sized.message().find("no GPU KV-cache kernel") != std::string::npos ||
+                         sized.message().find("is not supported") != std::string::npos;
+    if (sized.code() == StatusCode::kNotSupported && unbuilt) GTEST_SKIP() << sized.message();
     ASSERT_TRUE(sized.is_ok()) << sized.to_string();
     DeviceBuffer workspace(bytes > 0 ? bytes : 1);
     args.workspace = workspace.get();
