@@ -16,9 +16,11 @@ in bench_attention.py (triton's do_bench median, L2 flushed before each call).
 
 Metric: KV bytes read per second, TB/s = bytes of the K and V cache entries attended
 (batch x seqlen_k x 8 heads x 128 x 2 bytes, for K and for V) / time; the H200's HBM
-peak is 4.8 TB/s. While fa3's KV-cache kernels are not on the GPU yet,
-flash_attn_with_kvcache raises NotImplementedError on CUDA tensors: the script then
-records cuDNN alone and each of its records notes why ("fa3_unavailable").
+peak is 4.8 TB/s. fa3 runs its GPU KV-cache path (split-KV kernels over the cache,
+the query heads of each KV head together) in a build with FA3_GPU_KVCACHE=ON
+(fa3.build_info()["gpu_kvcache"]); in one without it flash_attn_with_kvcache raises
+NotImplementedError on CUDA tensors, and the script records cuDNN alone, each of its
+records noting why ("fa3_unavailable").
 
 Writes <out-dir>/<YYYY-MM-DD>-<gpu>-decode.json, records {"pass": "decode", "impl":
 "fa3" | "cudnn", "paged", "batch", "seqlen_k", "tbs", "ms", "gpu", "dtype", "hdim",

@@ -14,6 +14,7 @@ struct BuildInfo {
   std::vector<std::string> dtypes; // dtypes with compiled GPU kernels ("fp16", "bf16")
   bool gpu_kernels = false;        // false when built without any Hopper kernel
   bool gpu_varlen = false;         // varlen forward calls run on the GPU kernels (FA3_GPU_VARLEN)
+  bool gpu_kvcache = false;        // forward_with_kvcache runs on the GPU (FA3_GPU_KVCACHE)
 };
 
 const BuildInfo& build_info();

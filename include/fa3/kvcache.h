@@ -46,11 +46,17 @@
 // splits; lse_partial and lse take any strides, the others a contiguous last dimension.
 //
 // fa3::cpu runs both. On the GPU, combine runs on the kernel of merge_attention_states
-// (fa3/merge.h), on a Hopper GPU with every tensor in the current device's memory;
-// forward_with_kvcache is refused for now (kNotSupported).
+// (fa3/merge.h), on a Hopper GPU with every tensor in the current device's memory.
+// forward_with_kvcache runs on kernels of its own (split-KV over the cache, the query
+// heads of one KV head together, then that merge) in a build with FA3_GPU_KVCACHE, and
+// is refused (kNotSupported) otherwise. There the splits are at most 128 and at most the
+// cache's blocks of 64 positions, and q, k_cache, v_cache and (with one split) out must
+// have 16-byte aligned addresses and row strides (refused with kNotSupported otherwise).
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <cstddef>
 
 #include "fa3/attention.h"
 #include "fa3/status.h"
@@ -77,6 +83,14 @@ struct KvCacheArgs {
   TensorView sinks;  // optional fp32 (nheads_q), as in ForwardArgs
   AttentionOptions options;
   int num_splits = 0;  // 0: the GPU's heuristic; >= 0; never changes the result
+  // Device scratch memory of the GPU path, owned by the caller: at least
+  // kvcache_workspace_size() bytes (0 for a call of one split without a rotary
+  // embedding, which may pass none), 256-byte aligned. It holds q's rotated copy and the
+  // splits' fp32 results. Its contents on entry do not matter, and it is the caller's
+  // again once the call's work on the stream is done; no memory is allocated inside a
+  // call. Ignored by fa3::cpu.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 struct CombineArgs {
@@ -86,8 +100,17 @@ struct CombineArgs {
   TensorView lse;          // optional; written: fp32 (rows, nheads)
 };
 
-// On the current CUDA device: refused for now (kNotSupported), after every other rule.
+// On the current CUDA device (a Hopper GPU), enqueued on `stream`, in a build with the
+// GPU KV-cache path (BuildInfo::gpu_kvcache, the FA3_GPU_KVCACHE option); otherwise
+// refused (kNotSupported) after every other rule. Every pointer must be device memory of
+// the current device; the index tensors' values are read by the kernels, unchecked. On
+// any rejection nothing is written and nothing is enqueued.
 Status forward_with_kvcache(const KvCacheArgs& args, cudaStream_t stream);
+// The workspace forward_with_kvcache needs for `args`, in bytes, on the current device.
+// Validates `args` as forward_with_kvcache() does, except the workspace and where the
+// pointers live, so it can be asked before the workspace exists; reads no tensor data
+// and enqueues nothing.
+Status kvcache_workspace_size(const KvCacheArgs& args, std::size_t* bytes);
 // On the current CUDA device, enqueued on `stream`; nothing is written when the call is
 // rejected.
 Status combine(const CombineArgs& args, cudaStream_t stream);

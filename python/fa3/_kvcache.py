@@ -12,6 +12,8 @@ from ._handoff import call
 from ._torch_ops import _placement
 
 _GPU_LATER = "is not implemented on the GPU yet; it runs on CPU tensors"
+# Whether this build runs KV-cache calls on the GPU (FA3_GPU_KVCACHE).
+_GPU_KVCACHE = _C.build_info()["gpu_kvcache"]
 
 
 def cache_seqlens_tensor(cache_seqlens, batch, capacity, device):
@@ -32,7 +34,8 @@ def require_tensor(name, t):
 
 
 def refuse_cuda(name, t, what):
-    if t.device.type == "cuda":
+    """Refuses CUDA tensors unless this build runs KV-cache calls on the GPU."""
+    if t.device.type == "cuda" and not _GPU_KVCACHE:
         raise NotImplementedError(f"{name}: {what} {_GPU_LATER}")
 
 
@@ -41,8 +44,31 @@ def run_kvcache(q, k_cache, v_cache, cache_seqlens, optional, options, return_so
     batch, seqlen_q, nheads, _ = q.shape
     out = q.new_empty((batch, seqlen_q, nheads, v_cache.shape[-1]))
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
-    call(_C.forward_with_kvcache, q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options, **_placement(q))
+    workspace = _workspace(q, k_cache, v_cache, cache_seqlens, out, lse, optional, options)
+    call(
+        _C.forward_with_kvcache,
+        q,
+        k_cache,
+        v_cache,
+        cache_seqlens,
+        out,
+        lse,
+        **optional,
+        **options,
+        workspace=workspace,
+        **_placement(q),
+    )
     return (out, lse) if return_softmax_lse else out
+
+
+def _workspace(q, k_cache, v_cache, cache_seqlens, out, lse, optional, options):
+    """The GPU call's scratch memory (q's rotated copy, the splits' partial results),
+    from torch's allocator on q's device, 256-byte aligned as every fresh block of it is
+    (see _torch_ops._backward_workspace); None for CPU tensors or a call that needs none."""
+    if q.device.type != "cuda":
+        return None
+    nbytes = _C.kvcache_workspace_size(q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options)
+    return torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes > 0 else None
 
 
 def combine(out_partial, lse_partial, out, out_dtype):

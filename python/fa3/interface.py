@@ -347,8 +347,9 @@ def flash_attn_with_kvcache(
     return_softmax_lse is True, softmax_lse being (batch, nheads, seqlen_q) in float32.
     No gradient (as in FlashAttention-3).
 
-    Runs on CPU tensors (fa3's CPU path); CUDA tensors raise NotImplementedError, as fa3's
-    GPU kernels do not take a KV cache yet. Not supported either (NotImplementedError): qv,
+    Runs on CPU tensors (fa3's CPU path), and on CUDA tensors in a build with the GPU
+    KV-cache path (fa3.build_info()["gpu_kvcache"], the FA3_GPU_KVCACHE option; otherwise
+    they raise NotImplementedError), on the current stream. Not supported either (NotImplementedError): qv,
     q/k/v_descale, cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed queries),
     pack_gqa=True, sm_margin != 0.
     """

@@ -43,15 +43,15 @@ struct KvCacheExtras {
   }
 };
 
-// k_cache and v_cache are written (the append), so they are taken writable.
-void forward_with_kvcache(const InArray& q, const OutArray& k_cache, const OutArray& v_cache,
-                          const InArray& cache_seqlens, const OutArray& out, const std::optional<OutArray>& lse,
-                          const OptIn& k_new, const OptIn& v_new, const OptIn& page_table, const OptIn& cache_batch_idx,
-                          const OptIn& cache_leftpad, const OptIn& rotary_cos, const OptIn& rotary_sin,
-                          const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks, float softmax_scale,
-                          bool causal, int window_left, int window_right, float softcap, int attention_chunk,
-                          int num_splits, std::uintptr_t stream, int num_threads) {
-  Placement where;
+// The call's arguments; k_cache and v_cache are written (the append), so they are taken
+// writable.
+KvCacheArgs kvcache_args(const InArray& q, const OutArray& k_cache, const OutArray& v_cache,
+                         const InArray& cache_seqlens, const OutArray& out, const std::optional<OutArray>& lse,
+                         const OptIn& k_new, const OptIn& v_new, const OptIn& page_table, const OptIn& cache_batch_idx,
+                         const OptIn& cache_leftpad, const OptIn& rotary_cos, const OptIn& rotary_sin,
+                         const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks, float softmax_scale,
+                         bool causal, int window_left, int window_right, float softcap, int attention_chunk,
+                         int num_splits, Placement& where) {
   KvCacheArgs args;
   args.q = to_view("q", q, where);
   args.k_cache = to_view("k_cache", k_cache, where);
@@ -69,6 +69,28 @@ void forward_with_kvcache(const InArray& q, const OutArray& k_cache, const OutAr
   args.options.softcap = softcap;
   args.options.attention_chunk = attention_chunk;
   args.num_splits = num_splits;
+  return args;
+}
+
+void forward_with_kvcache(const InArray& q, const OutArray& k_cache, const OutArray& v_cache,
+                          const InArray& cache_seqlens, const OutArray& out, const std::optional<OutArray>& lse,
+                          const OptIn& k_new, const OptIn& v_new, const OptIn& page_table, const OptIn& cache_batch_idx,
+                          const OptIn& cache_leftpad, const OptIn& rotary_cos, const OptIn& rotary_sin,
+                          const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks, float softmax_scale,
+                          bool causal, int window_left, int window_right, float softcap, int attention_chunk,
+                          int num_splits, const std::optional<OutArray>& workspace, std::uintptr_t stream,
+                          int num_threads) {
+  Placement where;
+  KvCacheArgs args = kvcache_args(q, k_cache, v_cache, cache_seqlens, out, lse, k_new, v_new, page_table,
+                                  cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens,
+                                  rotary_interleaved, sinks, softmax_scale, causal, window_left, window_right, softcap,
+                                  attention_chunk, num_splits, where);
+  // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
+  if (workspace && where.on_cuda()) {
+    const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
+    args.workspace = buffer.data;
+    args.workspace_bytes = buffer.bytes;
+  }
 
   Status status;
   {
@@ -81,6 +103,31 @@ void forward_with_kvcache(const InArray& q, const OutArray& k_cache, const OutAr
     }
   }
   raise_if_error(status);
+}
+
+std::size_t kvcache_workspace_size(const InArray& q, const OutArray& k_cache, const OutArray& v_cache,
+                                   const InArray& cache_seqlens, const OutArray& out,
+                                   const std::optional<OutArray>& lse, const OptIn& k_new, const OptIn& v_new,
+                                   const OptIn& page_table, const OptIn& cache_batch_idx, const OptIn& cache_leftpad,
+                                   const OptIn& rotary_cos, const OptIn& rotary_sin, const OptIn& rotary_seqlens,
+                                   bool rotary_interleaved, const OptIn& sinks, float softmax_scale, bool causal,
+                                   int window_left, int window_right, float softcap, int attention_chunk,
+                                   int num_splits) {
+  Placement where;
+  const KvCacheArgs args = kvcache_args(q, k_cache, v_cache, cache_seqlens, out, lse, k_new, v_new, page_table,
+                                        cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens,
+                                        rotary_interleaved, sinks, softmax_scale, causal, window_left, window_right,
+                                        softcap, attention_chunk, num_splits, where);
+  // The CPU path takes no workspace.
+  if (where.on_host()) return 0;
+  std::size_t bytes = 0;
+  Status status;
+  {
+    nb::gil_scoped_release no_gil;
+    status = on_device(where.device_id(), [&] { return fa3::kvcache_workspace_size(args, &bytes); });
+  }
+  raise_if_error(status);
+  return bytes;
 }
 
 void combine(const InArray& out_partial, const InArray& lse_partial, const OutArray& out,
@@ -112,12 +159,25 @@ void register_kvcache_bindings(nb::module_& m) {
         "cache_leftpad"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
         "rotary_seqlens"_a.none() = nb::none(), "rotary_interleaved"_a = true, "sinks"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "attention_chunk"_a = 0, "num_splits"_a = 0, "stream"_a = 0, "num_threads"_a = 0,
+        "attention_chunk"_a = 0, "num_splits"_a = 0, "workspace"_a.none() = nb::none(), "stream"_a = 0,
+        "num_threads"_a = 0,
         "Attention over a KV cache (FlashAttention-3's flash_attn_with_kvcache): appends k_new / v_new into\n"
         "k_cache / v_cache in place at cache_seqlens (rotated when rotary_cos / rotary_sin are given), then\n"
         "writes out (batch, seqlen_q, nheads, head_dim_v) and lse (batch, nheads, seqlen_q) unless None.\n"
         "The cache is contiguous (batch_cache, seqlen_cache, nheads_kv, head_dim) or, with page_table (batch,\n"
-        "max_pages_per_seq) int32, paged (num_pages, page_size, nheads_kv, head_dim). Host tensors only for now.");
+        "max_pages_per_seq) int32, paged (num_pages, page_size, nheads_kv, head_dim). Host tensors, or CUDA\n"
+        "tensors of one device in a build with the GPU KV-cache path (build_info()['gpu_kvcache']), enqueued on\n"
+        "`stream` with `workspace` a 1-d uint8 array on that device of at least kvcache_workspace_size() bytes,\n"
+        "256-byte aligned.");
+  m.def("kvcache_workspace_size", &kvcache_workspace_size, "q"_a, "k_cache"_a, "v_cache"_a, "cache_seqlens"_a, "out"_a,
+        "lse"_a.none(), nb::kw_only(), "k_new"_a.none() = nb::none(), "v_new"_a.none() = nb::none(),
+        "page_table"_a.none() = nb::none(), "cache_batch_idx"_a.none() = nb::none(),
+        "cache_leftpad"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
+        "rotary_seqlens"_a.none() = nb::none(), "rotary_interleaved"_a = true, "sinks"_a.none() = nb::none(),
+        "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
+        "attention_chunk"_a = 0, "num_splits"_a = 0,
+        "Bytes of workspace that forward_with_kvcache() needs for these arguments: for CUDA tensors after\n"
+        "validating them as it does (except the workspace), 0 for host tensors.");
   m.def("combine", &combine, "out_partial"_a, "lse_partial"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "stream"_a = 0,
         "Merges split partial results exactly: out_partial (num_splits, rows, nheads, head_dim) fp32 and\n"
         "lse_partial (num_splits, rows, nheads) fp32 into out (rows, nheads, head_dim) and lse (rows, nheads)\n"

@@ -2,10 +2,14 @@
 
 #include <string>
 
+#include "api/device_cache.h"
 #include "api/validate.h"
+#include "api/validate_kvcache.h"
+#include "common/status_macros.h"
 #include "fa3/device.h"
 #include "hopper/bwd_dispatch.h"
 #include "hopper/fwd_dispatch.h"
+#include "hopper/kvcache.h"
 #include "hopper/merge.h"
 
 namespace fa3 {
@@ -54,6 +58,17 @@ ValidationTarget gpu_target() {
   t.supports_fp8 = false;
   t.fp8_block_rows = 128;
   t.locate = locate_device_pointer;
+  // forward_with_kvcache runs on its own kernels once the build switches them on
+  // (hopper::kvcache_enabled); its workspace follows from the plan for this device.
+  t.supports_kvcache = hopper::kvcache_enabled();
+  t.kvcache_workspace = [](const KvCacheProblem& p, DType dtype, int num_splits, std::size_t* bytes) {
+    const DeviceInfo* dev = nullptr;
+    FA3_RETURN_IF_ERROR(current_device_cached(&dev));
+    hopper::KvCachePlan plan;
+    FA3_RETURN_IF_ERROR(hopper::plan_kvcache(p, dtype, num_splits, dev->sm_count, &plan));
+    *bytes = plan.bytes;
+    return Status::ok();
+  };
   return t;
 }
 

@@ -14,6 +14,8 @@
 
 namespace fa3 {
 
+struct KvCacheProblem;
+
 // Where the call will run, and so which rules apply.
 struct ValidationTarget {
   enum class Space { kHost, kDevice };
@@ -44,6 +46,12 @@ struct ValidationTarget {
   // Device backward only: the workspace bytes a call needs (BackwardArgs::workspace).
   // Left empty, the workspace is not checked (the size query, the CPU path).
   std::function<std::size_t(const Problem& problem, bool deterministic)> backward_workspace;
+  // Device only: whether forward_with_kvcache runs here; and the workspace bytes a call
+  // needs (KvCacheArgs::workspace), or kNotSupported where no kernel takes the call. Left
+  // empty, the workspace is not checked (the size query).
+  bool supports_kvcache = false;
+  std::function<Status(const KvCacheProblem& problem, DType dtype, int num_splits, std::size_t* bytes)>
+      kvcache_workspace;
   // merge_attention_states only: the most parts one call takes; 0: any number.
   std::size_t max_merge_parts = 0;
 };

@@ -152,7 +152,41 @@ Status combine_typed(const CombineProblem& pr, const CombineArgs& args, cudaStre
   return launch_aligned<SlicedParts, Out>(p, stream);
 }
 
+template <class Out>
+Status split_merge_typed(const float* out_partial, const float* lse_partial, int num_splits, const TensorView& out,
+                         const TensorView& lse, cudaStream_t stream) {
+  const std::int64_t batch = out.shape[0], seqlen = out.shape[1], heads = out.shape[2], head_dim = out.shape[3];
+  MergeParams<SlicedParts> p;
+  p.shape = shape_of(batch, seqlen, heads, head_dim, 1);
+  p.parts.count = num_splits;
+  p.parts.first.out.data = out_partial;
+  p.parts.first.out.stride[0] = seqlen * heads * head_dim;
+  p.parts.first.out.stride[1] = heads * head_dim;
+  p.parts.first.out.stride[2] = head_dim;
+  p.parts.first.lse.data = lse_partial;
+  p.parts.first.lse.stride[0] = seqlen * heads;
+  p.parts.first.lse.stride[1] = heads;
+  p.parts.first.lse.stride[2] = 1;
+  p.parts.out_step = batch * seqlen * heads * head_dim;
+  p.parts.lse_step = batch * seqlen * heads;
+  p.out = rows_of(out, 0, 1, 2, 3);
+  if (lse.defined()) p.lse = scalars_of(lse, 0, 2, 1);
+  return launch_aligned<SlicedParts, Out>(p, stream);
+}
+
 }  // namespace
+
+Status launch_split_merge(const float* out_partial, const float* lse_partial, int num_splits, const TensorView& out,
+                          const TensorView& lse, cudaStream_t stream) {
+  switch (out.dtype) {
+    case DType::kFloat16:
+      return split_merge_typed<__half>(out_partial, lse_partial, num_splits, out, lse, stream);
+    case DType::kBFloat16:
+      return split_merge_typed<__nv_bfloat16>(out_partial, lse_partial, num_splits, out, lse, stream);
+    default:
+      return {StatusCode::kInternal, "KV-cache merge: out's dtype passed validation but has no kernel"};
+  }
+}
 
 Status launch_merge(const MergeArgs& args, cudaStream_t stream) {
   switch (args.out.dtype) {

@@ -25,4 +25,11 @@ Status launch_merge(const MergeArgs& args, cudaStream_t stream);
 // Enqueue the combine on `stream`; `problem` comes from validate_combine().
 Status launch_combine(const CombineProblem& problem, const CombineArgs& args, cudaStream_t stream);
 
+// Enqueue the merge of the KV-cache kernel's splits: out_partial (num_splits, batch,
+// seqlen, nheads, head_dim) and lse_partial (num_splits, batch, seqlen, nheads), fp32
+// and contiguous, into out (batch, seqlen, nheads, head_dim) and the optional lse
+// (batch, nheads, seqlen), as forward_with_kvcache has them.
+Status launch_split_merge(const float* out_partial, const float* lse_partial, int num_splits, const TensorView& out,
+                          const TensorView& lse, cudaStream_t stream);
+
 }  // namespace fa3::hopper

@@ -3,7 +3,10 @@ FlashAttention-3's signatures; results against a torch reference that appends an
 outside fa3 (the caller's cache changed in place, as in FlashAttention-3); paged caches
 equal to contiguous ones; the combine against a direct logsumexp merge; argument errors
 that name the argument and leave the cache untouched; CUDA tensors refused by the KV-cache
-call. On a Hopper GPU the combine of CUDA tensors (fa3's merge kernel) against the CPU's.
+call in a build without the GPU KV-cache path. On a Hopper GPU the combine of CUDA tensors
+(fa3's merge kernel) against the CPU's and, with the GPU KV-cache path, the call on CUDA
+tensors against the CPU path (the accuracy rule, the appended cache bit for bit, every
+split count).
 """
 
 import inspect
@@ -14,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
-from attention_reference import reference  # noqa: E402
-from gpu_support import hopper_skip_reason  # noqa: E402
+from attention_reference import ABS_CAP, check_close, reference  # noqa: E402
+from gpu_support import BUILT_DTYPES, gpu_skip_reason, hopper_skip_reason  # noqa: E402
 
 # FlashAttention-3's hopper/flash_attn_interface.py: names, order, defaults; fa3's own
 # keyword `sinks` follows them.
@@ -233,6 +236,14 @@ def test_bad_arguments_name_the_argument_and_leave_the_cache(change, exception, 
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
 
 
+def test_workspace_size_is_zero_for_cpu_tensors():
+    q, k_cache, v_cache, k_new, v_new, seqlens = make_inputs(10)
+    out = q.new_empty(q.shape)
+    lse = q.new_empty((BATCH, NHEADS, q.shape[1]))
+    assert fa3._C.kvcache_workspace_size(q, k_cache, v_cache, seqlens, out, lse, k_new=k_new, v_new=v_new,
+                                         num_splits=3) == 0
+
+
 def direct_merge(out_partial, lse_partial):
     lse = torch.logsumexp(lse_partial.double(), dim=0)
     weights = torch.exp(lse_partial.double() - lse).nan_to_num(0.0)
@@ -287,6 +298,7 @@ def test_combine_of_key_halves_is_the_whole_call():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.skipif(fa3.build_info()["gpu_kvcache"], reason="the GPU KV-cache path is switched on")
 def test_cuda_tensors_are_refused():
     q, k_cache, v_cache, _, _, seqlens = (t.cuda() if t is not None else None for t in make_inputs(9))
     with pytest.raises(NotImplementedError, match="k_cache: KV-cache attention is not implemented on the GPU yet"):
@@ -340,3 +352,78 @@ def test_cuda_combine_writes_into_out_on_the_current_stream():
     assert out is target
     torch.testing.assert_close(out.cpu().float(), want_out.float(), atol=1e-5, rtol=2**-8)
     torch.testing.assert_close(lse.cpu(), want_lse, atol=1e-5, rtol=1e-5)
+
+
+_KV_GPU_SKIP = gpu_skip_reason() or (None if fa3.build_info()["gpu_kvcache"] else "the GPU KV-cache path is switched off")
+needs_gpu_kvcache = pytest.mark.skipif(_KV_GPU_SKIP is not None, reason=str(_KV_GPU_SKIP))
+
+GPU_CAPACITY = 512
+
+
+def gpu_inputs(dtype, seqlen_q, heads, head_dim, seqlen_new, page_size, batch_idx, rotary, seed):
+    """CPU tensors of a call over a cache of GPU_CAPACITY positions: four sequences, one
+    empty, lengths across key blocks; paged in random page order when page_size > 0
+    (NaN in the pages no sequence owns); rotary tables when rotary > 0."""
+    g = torch.Generator().manual_seed(seed)
+    nheads, nheads_k = heads
+    seqlens = torch.tensor([0, 1, 200, GPU_CAPACITY - seqlen_new - 3], dtype=torch.int32)
+    batch, batch_cache = len(seqlens), (6 if batch_idx else len(seqlens))
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, generator=g).to(dtype)
+    k_cache = torch.randn(batch_cache, GPU_CAPACITY, nheads_k, head_dim, generator=g).to(dtype)
+    v_cache = torch.randn(batch_cache, GPU_CAPACITY, nheads_k, head_dim, generator=g).to(dtype)
+    extra = {"cache_seqlens": seqlens}
+    if seqlen_new:
+        extra["k"] = torch.randn(batch, seqlen_new, nheads_k, head_dim, generator=g).to(dtype)
+        extra["v"] = torch.randn(batch, seqlen_new, nheads_k, head_dim, generator=g).to(dtype)
+    if batch_idx:
+        extra["cache_batch_idx"] = torch.tensor([5, 0, 3, 1], dtype=torch.int32)
+    if page_size:
+        perm = torch.randperm(batch * GPU_CAPACITY // page_size + 2, generator=g)
+        k_cache, table = to_paged(k_cache.float(), page_size, perm)
+        v_cache, _ = to_paged(v_cache.float(), page_size, perm)
+        k_cache, v_cache = k_cache.to(dtype), v_cache.to(dtype)
+        extra["page_table"] = table
+    if rotary:
+        cos, sin = rotary_tables(rotary, GPU_CAPACITY + seqlen_q)
+        extra["rotary_cos"], extra["rotary_sin"] = cos.to(dtype), sin.to(dtype)
+    return q, k_cache, v_cache, extra
+
+
+GPU_KV_CASES = {
+    "decode_gqa": dict(seqlen_q=1, heads=(32, 8), seqlen_new=0, page_size=0, batch_idx=False, rotary=0, mask={}),
+    "decode_mqa_append_paged16": dict(seqlen_q=1, heads=(8, 1), seqlen_new=1, page_size=16, batch_idx=False,
+                                      rotary=0, mask={"causal": True}),
+    "prefill5_rotary_paged1": dict(seqlen_q=5, heads=(32, 8), seqlen_new=5, page_size=1, batch_idx=False,
+                                   rotary=64, mask={"causal": True}),
+    "prefill5_batch_idx_window": dict(seqlen_q=5, heads=(8, 8), seqlen_new=0, page_size=0, batch_idx=True,
+                                      rotary=0, mask={"window_size": (100, 0)}),
+}
+
+
+@needs_gpu_kvcache
+@pytest.mark.parametrize("num_splits", [1, 3, 0])
+@pytest.mark.parametrize("name", GPU_KV_CASES)
+@pytest.mark.parametrize("dtype", BUILT_DTYPES)
+def test_cuda_call_matches_the_cpu_path(dtype, name, num_splits):
+    case = GPU_KV_CASES[name]
+    q, k_cache, v_cache, extra = gpu_inputs(dtype, case["seqlen_q"], case["heads"], 128, case["seqlen_new"],
+                                            case["page_size"], case["batch_idx"], case["rotary"], seed=len(name))
+    mask = case["mask"]
+    cuda = {key: t.cuda() for key, t in extra.items()}
+    k_gpu, v_gpu = k_cache.cuda(), v_cache.cuda()
+    out, lse = fa3.flash_attn_with_kvcache(q.cuda(), k_gpu, v_gpu, **cuda, **mask, num_splits=num_splits,
+                                           return_softmax_lse=True)
+    # ref: the CPU path on fp32 copies; low: the CPU path on the inputs themselves.
+    floats = {key: (t.float() if t.is_floating_point() else t) for key, t in extra.items()}
+    ref_out, ref_lse = fa3.flash_attn_with_kvcache(q.float(), k_cache.float(), v_cache.float(), **floats, **mask,
+                                                   return_softmax_lse=True)
+    low_k, low_v = k_cache.clone(), v_cache.clone()
+    low_out, low_lse = fa3.flash_attn_with_kvcache(q, low_k, low_v, **extra, **mask, return_softmax_lse=True)
+    check_close("out", out.cpu().float(), ref_out, low_out.float(), abs_cap=ABS_CAP[dtype])
+    check_close("lse", lse.cpu(), ref_lse, low_lse)
+    # The append wrote what the CPU path writes, bit for bit (NaN pages included).
+    assert torch.equal(k_gpu.cpu().view(torch.int16), low_k.view(torch.int16))
+    assert torch.equal(v_gpu.cpu().view(torch.int16), low_v.view(torch.int16))
+    again, again_lse = fa3.flash_attn_with_kvcache(q.cuda(), k_gpu, v_gpu, **cuda, **mask, num_splits=num_splits,
+                                                   return_softmax_lse=True)
+    assert torch.equal(again, out) and torch.equal(again_lse, lse)

@@ -1,8 +1,10 @@
 // The rules of KV-cache and combine calls, broken one at a time from valid calls through
 // fa3::cpu: each gives its status and whole message, and a rejected call writes nothing —
 // out and lse keep their NaN and the caches their contents (no append). The GPU entry
-// point of KV-cache calls refuses them after every rule; a combine on a device target
-// checks where each tensor lives.
+// point of KV-cache calls refuses them after every rule where the GPU path is switched
+// off, and where it is on checks the caller's workspace (missing, short, misaligned, in
+// the wrong place) after every other rule; a combine on a device target checks where each
+// tensor lives.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -198,6 +200,66 @@ TEST(KvCacheRule, DeviceTargetRefusesAfterEveryRule) {
   args.num_splits = -2;
   st = validate_kvcache(args, device, &problem);
   EXPECT_EQ(st.code(), kInvalid) << "a broken rule is reported before the refusal";
+}
+
+// A device target that runs KV-cache calls and asks a fixed workspace (none for a call of
+// one split), so that the workspace rules are testable without a GPU. `elsewhere`, when
+// set, is a pointer its `locate` reports as host memory.
+constexpr std::size_t kWorkspaceBytes = 4096;
+
+ValidationTarget kvcache_target(const void* elsewhere = nullptr) {
+  ValidationTarget t = cpu_target();
+  t.space = ValidationTarget::Space::kDevice;
+  t.supports_kvcache = true;
+  t.kvcache_workspace = [](const KvCacheProblem&, DType, int num_splits, std::size_t* bytes) {
+    *bytes = num_splits == 1 ? 0 : kWorkspaceBytes;
+    return Status::ok();
+  };
+  t.locate = [elsewhere](const void* p) { return p == elsewhere ? std::string("host memory") : std::string(); };
+  return t;
+}
+
+TEST(KvCacheWorkspace, DeviceTargetChecksTheWorkspaceAfterEveryRule) {
+  KvCall call = make_kv_call(paged_case(), 5);
+  alignas(256) static std::uint8_t buffer[2 * kWorkspaceBytes];
+  KvCacheProblem problem;
+  KvCacheArgs args = call.args();
+  args.num_splits = 3;
+  Status st = validate_kvcache(args, kvcache_target(), &problem);
+  EXPECT_EQ(st.code(), kInvalid);
+  EXPECT_EQ(st.message(), "workspace: data pointer is null; this call needs 4096 bytes (fa3::kvcache_workspace_size)");
+
+  args.workspace = buffer;
+  args.workspace_bytes = kWorkspaceBytes - 1;
+  st = validate_kvcache(args, kvcache_target(), &problem);
+  EXPECT_EQ(st.code(), kInvalid);
+  EXPECT_EQ(st.message(), "workspace: 4095 bytes given, 4096 needed (fa3::kvcache_workspace_size)");
+
+  args.workspace = buffer + 16;
+  args.workspace_bytes = kWorkspaceBytes;
+  st = validate_kvcache(args, kvcache_target(), &problem);
+  EXPECT_EQ(st.code(), kInvalid);
+  EXPECT_EQ(st.message(), "workspace: data pointer is not 256-byte aligned");
+
+  args.workspace = buffer;
+  st = validate_kvcache(args, kvcache_target(buffer), &problem);
+  EXPECT_EQ(st.code(), kInvalid);
+  EXPECT_EQ(st.message(), "workspace: pointer is host memory, not memory of the current CUDA device");
+
+  st = validate_kvcache(args, kvcache_target(), &problem);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+
+  // A broken rule is reported before the workspace.
+  args.workspace = nullptr;
+  args.num_splits = -2;
+  st = validate_kvcache(args, kvcache_target(), &problem);
+  EXPECT_EQ(st.message(), "num_splits must be >= 0 (0: chosen by a heuristic), got -2");
+
+  // A call that needs none takes none.
+  args.num_splits = 1;
+  args.workspace_bytes = 0;
+  st = validate_kvcache(args, kvcache_target(), &problem);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
 }
 
 struct CombineCall {

@@ -1,6 +1,8 @@
-// The GPU entry point refuses a KV-cache call whose arguments are otherwise valid and in
-// device memory with kNotSupported naming k_cache, and writes nothing: no output, and
-// nothing appended to the cache (fa3::cpu runs it). The combine runs on the GPU
+// With the GPU KV-cache path switched off (FA3_GPU_KVCACHE; with it on,
+// tests/gpu/hopper/test_kvcache.cpp runs the calls), the GPU entry point refuses a
+// KV-cache call whose arguments are otherwise valid and in device memory with
+// kNotSupported naming k_cache, and writes nothing: no output, and nothing appended to
+// the cache (fa3::cpu runs it). The combine runs on the GPU
 // (tests/gpu/hopper/test_merge.cpp).
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 #include "common/gpu_test_util.h"
 #include "fa3/fa3.h"
 #include "hopper/fwd_dispatch.h"
+#include "hopper/kvcache.h"
 
 namespace fa3::test {
 namespace {
@@ -66,6 +69,7 @@ struct DeviceKvCache {
 
 TEST(GpuKvCache, ForwardRefusesAndWritesNothing) {
   FA3_REQUIRE_HOPPER();
+  if (hopper::kvcache_enabled()) GTEST_SKIP() << "the GPU KV-cache path is switched on (FA3_GPU_KVCACHE)";
   if (hopper::fwd_dtypes().empty()) GTEST_SKIP() << "no forward kernels were built";
   DeviceKvCache d(hopper::fwd_dtypes().front(), hopper::fwd_head_dims().front());
   const std::vector<std::uint8_t> out_before = d.out.to_host(), lse_before = d.lse.to_host();

@@ -1,0 +1,47 @@
+// fa3 — forward_with_kvcache on the GPU: the choice of tile, splits and kernel for a
+// validated call, the workspace it needs, and the launches (append and rotary, the
+// attention kernel, the merge of the splits). Plain C++: the API layer includes this.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "api/validate_kvcache.h"
+#include "fa3/kvcache.h"
+#include "fa3/status.h"
+#include "hopper/kvcache_params.h"
+
+namespace fa3::hopper {
+
+// Whether forward_with_kvcache runs on the GPU: the build's FA3_GPU_KVCACHE option, off
+// until its kernels have passed their GPU tests (tests/gpu/hopper/test_kvcache.cpp).
+bool kvcache_enabled();
+
+// What one call runs and the workspace it needs, all pieces 256-byte aligned: q's
+// rotated copy (with a rotary embedding), and with more than one split their fp32
+// results and lse.
+struct KvCachePlan {
+  int block_m = 64;    // query rows per CTA: 16 or 64
+  int num_splits = 1;  // the splits of each sequence's keys
+  int head_dim = 0;    // the kernel's (padded) Q/K and V head dims
+  int head_dim_v = 0;
+  Status (*launch)(const KvCacheParams&, int block_m, cudaStream_t) = nullptr;
+  std::size_t q_rotated_offset = 0;
+  std::size_t out_partial_offset = 0;
+  std::size_t lse_partial_offset = 0;
+  std::size_t bytes = 0;
+};
+
+// The plan for `problem` with inputs of `dtype` on a device of `num_sms` SMs, for
+// num_splits as the caller gave it (0: chosen here). kNotSupported when no kernel was
+// built for the head dims.
+Status plan_kvcache(const KvCacheProblem& problem, DType dtype, int num_splits, int num_sms, KvCachePlan* plan);
+
+// Enqueues the call on `stream`: `args` passed validate_kvcache for the device and the
+// workspace holds plan.bytes. kNotSupported, before anything is enqueued, for addresses
+// or strides the kernels' 16-byte accesses cannot take.
+Status run_kvcache(const KvCacheProblem& problem, const KvCacheArgs& args, const KvCachePlan& plan,
+                   cudaStream_t stream);
+
+}  // namespace fa3::hopper

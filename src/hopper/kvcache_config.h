@@ -1,0 +1,45 @@
+// fa3 — the KV-cache kernel's tile: named sizes shared by the kernel and its host code.
+//
+// One CTA of four warps takes the query rows of one KV head (packed GQA: seqlen_q x
+// group rows, row i * group + j being query i of head hkv * group + j) and one split of
+// the keys. A tile of 64 rows gives each warp 16 rows and every key of a block; a tile
+// of 16 rows (a decode step: 1 token times a group of up to 16 heads) gives all four
+// warps the same rows and each a quarter of the block's keys, their results merged in
+// shared memory at the end, so that no warp computes rows that do not exist.
+#pragma once
+
+#include <cstddef>
+
+namespace fa3::hopper {
+
+template <int kHeadDim, int kHeadDimV, int kBlockM>
+struct KvCacheTile {
+  static_assert(kBlockM == 16 || kBlockM == 64);
+  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "rows of whole 128-byte swizzle units");
+  static constexpr int kThreads = 128;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kBlockN = 64;  // keys per pipeline stage
+  static constexpr int kRowWarps = kBlockM / 16;
+  static constexpr int kKeyWarps = kWarps / kRowWarps;
+  static constexpr int kWarpN = kBlockN / kKeyWarps;  // keys of a block each warp scores
+  static_assert(kWarpN % 16 == 0);
+  static constexpr std::size_t kElement = 2;  // bf16 or fp16
+  static constexpr std::size_t kQBytes = kBlockM * kHeadDim * kElement;
+  static constexpr std::size_t kStageBytes = kBlockN * (kHeadDim + kHeadDimV) * kElement;
+  // Three stages in flight where they fit beside one another with room to spare, two
+  // for the widest heads (64 KiB a stage at 256/256).
+  static constexpr int kStages = kStageBytes > 48 * 1024 ? 2 : 3;
+  // The fp32 result rows, padded by 4 floats so that the 8 rows of an mma fragment's
+  // stores fall in distinct banks; they reuse the K/V stages once the keys are done.
+  static constexpr int kOutPitch = kHeadDimV + 4;
+  static constexpr std::size_t kOutBytes = static_cast<std::size_t>(kBlockM) * kOutPitch * 4;
+  static constexpr std::size_t kKvBytes = kStages * kStageBytes > kOutBytes ? kStages * kStageBytes : kOutBytes;
+  // Per warp of the key split and row: running max and sum; per row: 1/sum.
+  static constexpr std::size_t kStatsBytes = (2 * kKeyWarps + 1) * kBlockM * 4;
+  static constexpr std::size_t kSmemBytes = kQBytes + kKvBytes + kStatsBytes;
+};
+
+// The most splits of the keys one call takes (the merge reads one lse per split and row).
+constexpr int kMaxKvSplits = 128;
+
+}  // namespace fa3::hopper

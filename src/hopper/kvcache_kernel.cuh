@@ -1,0 +1,373 @@
+// fa3 — the KV-cache attention kernel: the query rows of one KV head (packed GQA) against
+// one split of one sequence's cached keys, for decode steps and short prefills.
+//
+// The work is bound by memory: a decode step reads every cached K/V row once and does
+// 2 · group flops per value read. So each key row is read once for all the query heads
+// that share it (the CTA holds all of them), in 16-byte cp.async pieces, coalesced along
+// the row, through a ring of kStages shared-memory stages; the tensor cores take the
+// products through mma.sync m16n8k16 (fp32 accumulators), and the softmax is online in
+// fp32 with exp2. A key row's address is resolved row by row (through its page for a
+// paged cache, any page size), so pages need not hold whole blocks.
+//
+// Masks align to the bottom-right corner of each sequence's (seqlen_q, seqlen_k); the
+// keys are numbered from the sequence's first valid cache entry (cache_leftpad). Rows
+// are checked element by element against their first and last key: a decode tile has
+// a few blocks, and the compare is cheap beside the loads. A split writes its rows'
+// normalized fp32 result and lse to the workspace for the merge kernel; a call of one
+// split writes out and lse directly. The sink joins split 0's rows only, so that the
+// merged sum holds it once.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "hopper/arch/mma_sync.cuh"
+#include "hopper/arch/ptx.cuh"
+#include "hopper/kvcache_config.h"
+#include "hopper/kvcache_keys.h"
+#include "hopper/kvcache_params.h"
+#include "hopper/softcap.cuh"
+
+namespace fa3::hopper {
+namespace kvcache_detail {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Element offset of (row, 8-element chunk) in a shared tile of kDim-wide rows: chunks
+// XOR-swizzled by the row's low 3 bits, so that ldmatrix's 8 rows of one chunk column
+// and cp.async's row-wise stores both spread over all banks.
+template <int kDim>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * kDim + ((chunk ^ (row & 7)) << 3);
+}
+
+// Element offset of cache position `pos` of KV head `hkv` of sequence b.
+__device__ __forceinline__ std::int64_t cache_offset(const CacheTensor& t, const CacheIndex& ix, int b,
+                                                     int cache_row, int pos, int hkv) {
+  if (ix.page_table != nullptr) {
+    const std::int64_t page = ix.page_table[b * ix.page_table_stride + pos / ix.page_size];
+    return page * t.stride[0] + static_cast<std::int64_t>(pos % ix.page_size) * t.stride[1] + hkv * t.stride[2];
+  }
+  return static_cast<std::int64_t>(cache_row) * t.stride[0] + static_cast<std::int64_t>(pos) * t.stride[1] +
+         hkv * t.stride[2];
+}
+
+// Issues the loads of keys [n0, n0 + kBlockN) of one cache into a shared tile of kDim
+// columns; rows past the sequence and columns past `dim` are filled with zeros (never
+// read: a NaN past the end must not reach P·V as 0 · NaN).
+template <class Element, int kDim, int kBlockN, int kThreads>
+__device__ __forceinline__ void load_keys(Element* tile, const CacheTensor& t, const CacheIndex& ix, int b,
+                                          int cache_row, int hkv, int leftpad, int n0, int seqlen_k, int dim) {
+  constexpr int kChunks = kDim / 8;
+  const Element* base = static_cast<const Element*>(t.data);
+#pragma unroll
+  for (int c = threadIdx.x; c < kBlockN * kChunks; c += kThreads) {
+    const int r = c / kChunks;
+    const int ch = c % kChunks;
+    const int key = n0 + r;
+    const bool valid = key < seqlen_k && ch * 8 < dim;
+    const Element* src = base;
+    if (valid) src = base + cache_offset(t, ix, b, cache_row, leftpad + key, hkv) + ch * 8;
+    arch::cp_async_16(tile + swizzle<kDim>(r, ch), src, valid);
+  }
+}
+
+}  // namespace kvcache_detail
+
+template <class Element, int kHeadDim, int kHeadDimV, int kBlockM>
+__global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kThreads, 1)
+    kvcache_kernel(const __grid_constant__ KvCacheParams p) {
+  using namespace kvcache_detail;
+  using Tile = KvCacheTile<kHeadDim, kHeadDimV, kBlockM>;
+  constexpr int kBlockN = Tile::kBlockN;
+  constexpr int kWarpN = Tile::kWarpN;
+  constexpr int kKeyWarps = Tile::kKeyWarps;
+  constexpr int kStageElems = kBlockN * (kHeadDim + kHeadDimV);
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  Element* s_q = reinterpret_cast<Element*>(smem);
+  Element* s_kv = reinterpret_cast<Element*>(smem + Tile::kQBytes);
+  float* s_out = reinterpret_cast<float*>(smem + Tile::kQBytes);  // after the last key block
+  float* s_max = reinterpret_cast<float*>(smem + Tile::kQBytes + Tile::kKvBytes);
+  float* s_sum = s_max + kKeyWarps * kBlockM;
+  float* s_inv = s_sum + kKeyWarps * kBlockM;
+
+  const int b = blockIdx.x / p.nheads_kv;
+  const int hkv = blockIdx.x % p.nheads_kv;
+  const int row0 = blockIdx.y * kBlockM;
+  const int split = blockIdx.z;
+  const int rows = p.seqlen_q * p.group;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int row_warp = warp % Tile::kRowWarps;
+  const int key_warp = warp / Tile::kRowWarps;
+
+  const CacheIndex& ix = p.index;
+  const int leftpad = ix.leftpad != nullptr ? ix.leftpad[b] : 0;
+  const int seqlen_k = ix.seqlens[b] + ix.seqlen_new - leftpad;
+  const int cache_row = ix.batch_idx != nullptr ? ix.batch_idx[b] : b;
+  const SequenceMask mask{p.seqlen_q, seqlen_k, p.window_left, p.window_right, p.chunk};
+
+  // The tile's keys: from its first row's first key to its last row's last (both bounds
+  // never decrease along the rows), in blocks, divided evenly among the splits.
+  const int last_row = min(row0 + kBlockM, rows) - 1;
+  const int key_begin = mask.first_key(row0 / p.group);
+  const int key_end = mask.last_key(last_row / p.group) + 1;
+  int n_first = 0;
+  const int count = split_blocks(key_begin, key_end, kBlockN, p.num_splits, split, &n_first);
+
+  // Q's rows of the tile, zero past the rows and past the head dim.
+  {
+    constexpr int kChunks = kHeadDim / 8;
+    const Element* q = static_cast<const Element*>(p.q.data);
+#pragma unroll
+    for (int c = threadIdx.x; c < kBlockM * kChunks; c += Tile::kThreads) {
+      const int r = c / kChunks;
+      const int ch = c % kChunks;
+      const int row = row0 + r;
+      const bool valid = row < rows && ch * 8 < p.head_dim;
+      const Element* src = q;
+      if (valid) {
+        const int h = hkv * p.group + row % p.group;
+        src = q + b * p.q.stride[0] + static_cast<std::int64_t>(row / p.group) * p.q.stride[1] + h * p.q.stride[2] +
+              ch * 8;
+      }
+      arch::cp_async_16(s_q + swizzle<kHeadDim>(r, ch), src, valid);
+    }
+  }
+  auto load_block = [&](int it) {
+    Element* s_k = s_kv + (it % Tile::kStages) * kStageElems;
+    Element* s_v = s_k + kBlockN * kHeadDim;
+    const int n0 = (n_first + it) * kBlockN;
+    load_keys<Element, kHeadDim, kBlockN, Tile::kThreads>(s_k, p.k, ix, b, cache_row, hkv, leftpad, n0, seqlen_k,
+                                                          p.head_dim);
+    load_keys<Element, kHeadDimV, kBlockN, Tile::kThreads>(s_v, p.v, ix, b, cache_row, hkv, leftpad, n0, seqlen_k,
+                                                           p.head_dim_v);
+  };
+  // One commit group per block (the first holds Q too), committed even when empty so that
+  // the count of groups in flight is the same for every thread and iteration.
+#pragma unroll
+  for (int s = 0; s < Tile::kStages - 1; ++s) {
+    if (s < count) load_block(s);
+    arch::cp_async_commit();
+  }
+
+  // Each thread holds rows g and g + 8 of its warp's 16 (g = lane / 4): their keys.
+  int first_key[2], last_key[2];
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const int row = row0 + row_warp * 16 + lane / 4 + 8 * x;
+    first_key[x] = row < rows ? mask.first_key(row / p.group) : 0;
+    last_key[x] = row < rows ? mask.last_key(row / p.group) : -1;
+  }
+  const Softcap softcap(p.softcap, p.softmax_scale);
+  const float scale_log2 = (softcap.on ? softcap.cap : p.softmax_scale) * kLog2e;
+
+  float acc[kHeadDimV / 8][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};
+
+  for (int it = 0; it < count; ++it) {
+    arch::cp_async_wait<Tile::kStages - 2>();
+    __syncthreads();
+    // The stage this refills was read in the previous iteration, before the barrier.
+    if (it + Tile::kStages - 1 < count) load_block(it + Tile::kStages - 1);
+    arch::cp_async_commit();
+
+    const Element* s_k = s_kv + (it % Tile::kStages) * kStageElems;
+    const Element* s_v = s_k + kBlockN * kHeadDim;
+    const int key0 = key_warp * kWarpN;  // the warp's keys within the block
+
+    float s[kWarpN / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      if (kk * 16 >= p.head_dim) break;  // zero columns of a padded head dim
+      std::uint32_t a[4];
+      arch::ldmatrix_x4(a, s_q + swizzle<kHeadDim>(row_warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+      for (int np = 0; np < kWarpN / 16; ++np) {
+        std::uint32_t bk[4];
+        arch::ldmatrix_x4(bk, s_k + swizzle<kHeadDim>(key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                      kk * 2 + ((lane >> 3) & 1)));
+        arch::mma_16816<Element>(s[2 * np], a, bk[0], bk[1]);
+        arch::mma_16816<Element>(s[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    const int block_key = (n_first + it) * kBlockN + key0 + 2 * (lane & 3);
+#pragma unroll
+    for (int nt = 0; nt < kWarpN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int x = e / 2;
+        const int key = block_key + nt * 8 + (e & 1);
+        float v = s[nt][e];
+        if (softcap.on) v = tanh_scaled(v, softcap.ex2_in);
+        s[nt][e] = key < first_key[x] || key > last_key[x] ? -INFINITY : v;
+      }
+    }
+
+    // Online softmax, per row over the 4 lanes that share it.
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kWarpN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * x], s[nt][2 * x + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float max_new = fmaxf(row_max[x], mx * scale_log2);
+      // A row that has seen no key yet keeps a max of -inf: exp2 against 0 then gives 0.
+      const float max_used = max_new == -INFINITY ? 0.f : max_new;
+      const float rescale = arch::exp2_approx(row_max[x] - max_used);
+      row_max[x] = max_new;
+      row_sum[x] *= rescale;
+#pragma unroll
+      for (int dt = 0; dt < kHeadDimV / 8; ++dt) {
+        acc[dt][2 * x] *= rescale;
+        acc[dt][2 * x + 1] *= rescale;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kWarpN / 8; ++nt) {
+#pragma unroll
+        for (int e = 2 * x; e < 2 * x + 2; ++e) {
+          s[nt][e] = arch::exp2_approx(fmaf(s[nt][e], scale_log2, -max_used));
+          row_sum[x] += s[nt][e];
+        }
+      }
+    }
+
+    // O += P · V: P's accumulator fragments are the A operand's layout, 16 keys a step.
+#pragma unroll
+    for (int ks = 0; ks < kWarpN / 16; ++ks) {
+      const std::uint32_t a[4] = {
+          arch::pack2<Element>(s[2 * ks][0], s[2 * ks][1]), arch::pack2<Element>(s[2 * ks][2], s[2 * ks][3]),
+          arch::pack2<Element>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+          arch::pack2<Element>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kHeadDimV / 16; ++dp) {
+        if (dp * 16 >= p.head_dim_v) break;
+        std::uint32_t bv[4];
+        arch::ldmatrix_x4_trans(bv, s_v + swizzle<kHeadDimV>(key0 + ks * 16 + (lane & 15), dp * 2 + (lane >> 4)));
+        arch::mma_16816<Element>(acc[2 * dp], a, bv[0], bv[1]);
+        arch::mma_16816<Element>(acc[2 * dp + 1], a, bv[2], bv[3]);
+      }
+    }
+  }
+  arch::cp_async_wait<0>();
+  __syncthreads();  // every stage read: the result may take their place
+
+  // Each warp's rows: max and sum over its keys, then the row's over all warps and the
+  // sink (split 0 only, in log2 units like the scores).
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    row_sum[x] += __shfl_xor_sync(0xffffffffu, row_sum[x], 1);
+    row_sum[x] += __shfl_xor_sync(0xffffffffu, row_sum[x], 2);
+    if ((lane & 3) == 0) {
+      const int r = row_warp * 16 + lane / 4 + 8 * x;
+      s_max[key_warp * kBlockM + r] = row_max[x];
+      s_sum[key_warp * kBlockM + r] = row_sum[x];
+    }
+  }
+  __syncthreads();
+  const bool with_sink = p.sinks != nullptr && split == 0;
+  auto sink_of = [&](int r) {
+    const int h = hkv * p.group + (row0 + r) % p.group;
+    return p.sinks[h * p.sinks_stride] * kLog2e;
+  };
+  auto total_max = [&](int r) {
+    float m = with_sink ? sink_of(r) : -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kKeyWarps; ++w) m = fmaxf(m, s_max[w * kBlockM + r]);
+    return m;
+  };
+
+  // The warps' accumulators into s_out, each scaled to the row's max: one warp of the key
+  // split after another, in a fixed order (bitwise the same result every run).
+  float scale[2];
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const int r = row_warp * 16 + lane / 4 + 8 * x;
+    scale[x] = row_max[x] == -INFINITY ? 0.f : exp2f(row_max[x] - total_max(r));
+  }
+#pragma unroll
+  for (int w = 0; w < kKeyWarps; ++w) {
+    if (key_warp == w) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float* out_row = s_out + (row_warp * 16 + lane / 4 + 8 * x) * Tile::kOutPitch + 2 * (lane & 3);
+#pragma unroll
+        for (int dt = 0; dt < kHeadDimV / 8; ++dt) {
+          float2 v = make_float2(acc[dt][2 * x] * scale[x], acc[dt][2 * x + 1] * scale[x]);
+          if (w > 0) {
+            const float2 old = *reinterpret_cast<const float2*>(out_row + dt * 8);
+            v.x += old.x;
+            v.y += old.y;
+          }
+          *reinterpret_cast<float2*>(out_row + dt * 8) = v;
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Per row: 1/sum for the values, and the lse (-inf and a result of 0 where no key and
+  // no sink was seen).
+  const int rows_here = min(kBlockM, rows - row0);
+  for (int r = threadIdx.x; r < rows_here; r += Tile::kThreads) {
+    const float m = total_max(r);
+    float sum = with_sink ? exp2f(sink_of(r) - m) : 0.f;
+#pragma unroll
+    for (int w = 0; w < kKeyWarps; ++w) {
+      const float mw = s_max[w * kBlockM + r];
+      if (mw != -INFINITY) sum += s_sum[w * kBlockM + r] * exp2f(mw - m);
+    }
+    s_inv[r] = sum > 0.f ? 1.f / sum : 0.f;
+    const float lse = sum > 0.f ? m * kLn2 + logf(sum) : -INFINITY;
+    const int row = row0 + r;
+    const int i = row / p.group;
+    const int h = hkv * p.group + row % p.group;
+    if (p.num_splits == 1) {
+      if (p.lse != nullptr) p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + i * p.lse_stride[2]] = lse;
+    } else {
+      p.lse_partial[((static_cast<std::int64_t>(split) * p.batch + b) * p.seqlen_q + i) * p.nheads_q + h] = lse;
+    }
+  }
+  __syncthreads();
+
+  // The rows out, 16 bytes per access along each row.
+  constexpr int kChunks = kHeadDimV / 8;
+  for (int c = threadIdx.x; c < rows_here * kChunks; c += Tile::kThreads) {
+    const int r = c / kChunks;
+    const int ch = c % kChunks;
+    if (ch * 8 >= p.head_dim_v) continue;
+    const int row = row0 + r;
+    const int i = row / p.group;
+    const int h = hkv * p.group + row % p.group;
+    const float inv = s_inv[r];
+    const float4 lo = *reinterpret_cast<const float4*>(s_out + r * Tile::kOutPitch + ch * 8);
+    const float4 hi = *reinterpret_cast<const float4*>(s_out + r * Tile::kOutPitch + ch * 8 + 4);
+    if (p.num_splits == 1) {
+      uint4 v;
+      v.x = arch::pack2<Element>(lo.x * inv, lo.y * inv);
+      v.y = arch::pack2<Element>(lo.z * inv, lo.w * inv);
+      v.z = arch::pack2<Element>(hi.x * inv, hi.y * inv);
+      v.w = arch::pack2<Element>(hi.z * inv, hi.w * inv);
+      Element* out = static_cast<Element*>(p.out.data) + b * p.out.stride[0] +
+                     static_cast<std::int64_t>(i) * p.out.stride[1] + h * p.out.stride[2] + ch * 8;
+      *reinterpret_cast<uint4*>(out) = v;
+    } else {
+      float* out = p.out_partial +
+                   (((static_cast<std::int64_t>(split) * p.batch + b) * p.seqlen_q + i) * p.nheads_q + h) *
+                       p.head_dim_v +
+                   ch * 8;
+      reinterpret_cast<float4*>(out)[0] = make_float4(lo.x * inv, lo.y * inv, lo.z * inv, lo.w * inv);
+      reinterpret_cast<float4*>(out)[1] = make_float4(hi.x * inv, hi.y * inv, hi.z * inv, hi.w * inv);
+    }
+  }
+}
+
+}  // namespace fa3::hopper
