@@ -67,7 +67,7 @@ def _workspace(q, k_cache, v_cache, cache_seqlens, out, lse, optional, options):
     (see _torch_ops._backward_workspace); None for CPU tensors or a call that needs none."""
     if q.device.type != "cuda":
         return None
-    nbytes = _C.kvcache_workspace_size(q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options)
+    nbytes = call(_C.kvcache_workspace_size, q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options)
     return torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes > 0 else None
 
 

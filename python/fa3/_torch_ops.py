@@ -150,7 +150,7 @@ def _backward_workspace(tensors, options):
     q = tensors[1]
     if q.device.type != "cuda":
         return None
-    nbytes = _C.backward_workspace_size(*tensors, **options)
+    nbytes = call(_C.backward_workspace_size, *tensors, **options)
     # The kernels need it 256-byte aligned. torch's CUDA caching allocator rounds every
     # block up to a multiple of 512 bytes and carves blocks out of segments that CUDA
     # aligns to at least 256 bytes, at offsets that are sums of block sizes, so a fresh

@@ -13,6 +13,7 @@ Needs no PyTorch but for tune(), which allocates its outputs with torch.
 """
 
 from . import _C
+from ._handoff import call
 from ._info import _device_index
 
 
@@ -48,7 +49,8 @@ def tune(q, k, v, causal=False, softmax_scale=None, *, warmup=5, iters=20, store
     out = q.new_empty(q.shape)
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
     stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
-    return _C.tune_forward(
+    return call(
+        _C.tune_forward,
         q,
         k,
         v,
