@@ -256,6 +256,7 @@ nb::dict build_info_dict() {
   d["dtypes"] = b.dtypes;
   d["gpu_kernels"] = b.gpu_kernels;
   d["gpu_varlen"] = b.gpu_varlen;
+  d["gpu_fp8"] = b.gpu_fp8;
   return d;
 }
 
