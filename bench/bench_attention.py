@@ -13,6 +13,13 @@ triton; L2 is flushed before each timed call.
     python bench/bench_attention.py --passes bwd --deterministic   # adds fa3's deterministic backward
     python bench/bench_attention.py --quick               # a few points, for a smoke test
     python bench/bench_attention.py --hdims 128 --seqlens 1024 8192 --causal yes
+    python bench/bench_attention.py --dtypes e4m3 --hdims 128   # FP8 forward (FA3_GPU_FP8 build)
+
+e4m3 records (forward only): the inputs are drawn in bf16 and quantized by
+fa3.fp8.quantize (128-row block scales, Hadamard transform) before the timing, fa3
+runs the codes with their scales (its time includes the transpose of V the FP8 path
+makes), and the check is against fp32 attention of the dequantized values with the FP8
+cap (MAX_REL_ERR_E4M3); the SDPA peers take no e4m3 inputs and are recorded unavailable.
 
 Backward: the forward runs once, untimed, with the graph retained; what is timed is
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) alone, for fa3 and for
@@ -62,11 +69,17 @@ HDIMS = {"fwd": [64, 128, 256], "bwd": [64, 96, 128, 192, 256]}
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 QUICK_HDIMS = [128]
 QUICK_SEQLENS = [1024, 4096]
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn}
 # Largest relative error (Frobenius) of fa3's output, or of each of its gradients,
 # against the reference that still counts as correct: both are rounded to 16 bits
 # (about 2e-3 apart for the output, 2e-3 to 4e-3 for dq, dk and dv).
 MAX_REL_ERR = 1e-2
+# e4m3 (forward only, a build with FA3_GPU_FP8): inputs drawn in bf16 and quantized with
+# fa3.fp8.quantize (128-row block scales, Hadamard transform) outside the timing; fa3 runs
+# the codes with their block scales, the reference is fp32 attention of the dequantized
+# values, and the FP8 accuracy rule's cap applies (tests/cpu/reference/test_fp8.cpp). The
+# peers take no e4m3 inputs: their records say so.
+MAX_REL_ERR_E4M3 = 4e-2
 
 
 class Unavailable(Exception):
@@ -81,14 +94,16 @@ class WrongResult(Exception):
 
 
 def fa3_impl(deterministic):
-    def run(q, k, v, causal):
-        return fa3.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+    def run(q, k, v, causal, **fp8):
+        return fa3.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic, **fp8)
 
     return run
 
 
 def sdpa(backend):
-    def run(q, k, v, causal):
+    def run(q, k, v, causal, **fp8):
+        if q.dtype == torch.float8_e4m3fn:
+            raise NotImplementedError("no e4m3 inputs")
         # SDPA takes (batch, nheads, seqlen, hdim): transposed views of the same
         # memory (no copies), the layout FlashAttention-2 and cuDNN read natively.
         with sdpa_kernel(backend):
@@ -123,9 +138,10 @@ def guarded(fn):
         raise Unavailable(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
 
 
-def attempt(impl, q, k, v, causal):
-    """Runs `impl`'s forward once; converts 'cannot run this' into Unavailable."""
-    return guarded(lambda: IMPLS[impl](q, k, v, causal))
+def attempt(impl, q, k, v, causal, **fp8):
+    """Runs `impl`'s forward once; converts 'cannot run this' into Unavailable. `fp8`:
+    flash_attn_func's scale arguments of e4m3 inputs."""
+    return guarded(lambda: IMPLS[impl](q, k, v, causal, **fp8))
 
 
 def backward_fn(impl, q, k, v, causal, dout):
@@ -197,11 +213,11 @@ def extra_memory_bytes(backward):
     return peak - before - sum(g.numel() * g.element_size() for g in grads)
 
 
-def time_point(impl, pass_, q, k, v, causal, dout, rep_ms):
+def time_point(impl, pass_, q, k, v, causal, dout, rep_ms, **fp8):
     """(milliseconds for one pass of `impl`, extra fields for its record)."""
     if pass_ == "fwd":
-        attempt(impl, q, k, v, causal)
-        return median_ms(lambda: IMPLS[impl](q, k, v, causal), rep_ms), {}
+        attempt(impl, q, k, v, causal, **fp8)
+        return median_ms(lambda: IMPLS[impl](q, k, v, causal, **fp8), rep_ms), {}
     backward = backward_fn(impl, q, k, v, causal, dout)
     guarded(backward)  # a backend may accept the forward and refuse the backward
     extra = {"bwd_extra_bytes": extra_memory_bytes(backward)}
@@ -246,10 +262,10 @@ def fp32_reference_grads(q, k, v, causal, dout):
     return grads
 
 
-def results(impl, pass_, q, k, v, causal, dout):
+def results(impl, pass_, q, k, v, causal, dout, **fp8):
     """What the check compares: (out,) for the forward, (dq, dk, dv) for the backward."""
     if pass_ == "fwd":
-        return (attempt(impl, q, k, v, causal),)
+        return (attempt(impl, q, k, v, causal, **fp8),)
     return guarded(backward_fn(impl, q, k, v, causal, dout))
 
 
@@ -263,6 +279,12 @@ def reference(pass_, q, k, v, causal, dout):
         return fp32_reference_grads(q, k, v, causal, dout), "fp32"
 
 
+def dequantize(codes, scale, block):
+    """e4m3 codes (b, s, h, d) times their block's scale (b, h, blocks), in float32."""
+    per_row = scale.repeat_interleave(block, dim=2)[:, :, : codes.shape[1]]  # (b, h, s)
+    return codes.float() * per_row.transpose(1, 2)[..., None]
+
+
 def relative_error(x, ref):
     x = x.float()
     if not torch.isfinite(x).all():
@@ -270,18 +292,18 @@ def relative_error(x, ref):
     return ((x - ref).norm() / ref.norm()).item()
 
 
-def check(impl, pass_, q, k, v, causal, dout, get_reference):
+def check(impl, pass_, q, k, v, causal, dout, get_reference, **fp8):
     """Fields for an fa3 variant's records: rel_err (the largest of its outputs'),
     reference, and for the backward rel_errs per gradient. Raises Unavailable if it
     cannot run, WrongResult if a result is out of bounds."""
-    mine = results(impl, pass_, q, k, v, causal, dout)
+    mine = results(impl, pass_, q, k, v, causal, dout, **fp8)
     ref, ref_name = get_reference()
     names = ("out",) if pass_ == "fwd" else ("dq", "dk", "dv")
     errors = {name: relative_error(x, r) for name, x, r in zip(names, mine, ref)}
     fields = {"rel_err": max(errors.values()), "reference": ref_name}
     if pass_ == "bwd":
         fields["rel_errs"] = errors
-    if not fields["rel_err"] <= MAX_REL_ERR:
+    if not fields["rel_err"] <= (MAX_REL_ERR_E4M3 if q.dtype == torch.float8_e4m3fn else MAX_REL_ERR):
         detail = ", ".join(f"{name} {e:.2e}" for name, e in errors.items()) if pass_ == "bwd" else ""
         raise WrongResult(f"wrong result: relative error {fields['rel_err']:.2e} against {ref_name} {detail}".rstrip())
     if impl == "fa3-deterministic":
@@ -327,10 +349,15 @@ def run_sweep(args, gpu):
     for pass_, dtype, hdim, causal, seqlen in progress(points):
         batch, nheads = max(1, TOKENS // seqlen), HIDDEN // hdim
         gen = torch.Generator(device="cuda").manual_seed(0)
+        drawn = torch.bfloat16 if dtype == "e4m3" else DTYPES[dtype]
         q, k, v, dout = (
-            torch.randn(batch, seqlen, nheads, hdim, generator=gen, device="cuda", dtype=DTYPES[dtype])
-            for _ in range(4)
+            torch.randn(batch, seqlen, nheads, hdim, generator=gen, device="cuda", dtype=drawn) for _ in range(4)
         )
+        fp8 = {}
+        if dtype == "e4m3":
+            quantized = fa3.fp8.quantize(q, k, v)
+            q, k, v = quantized.q, quantized.k, quantized.v
+            fp8 = {"block_scales": quantized.block_scales, "block_rows": quantized.block}
         base = {
             "pass": pass_,
             "dtype": dtype,
@@ -342,12 +369,20 @@ def run_sweep(args, gpu):
             "gpu": gpu,
         }
         # Computed on the first check that needs it, then shared by the fa3 variants.
-        get_reference = functools.cache(functools.partial(reference, pass_, q, k, v, causal, dout))
+        if fp8:
+            dequantized = [dequantize(t, s, quantized.block) for t, s in zip((q, k, v), quantized.block_scales)]
+            get_reference = functools.cache(lambda: ((fp32_reference(*dequantized, causal),), "fp32"))
+        else:
+            get_reference = functools.cache(functools.partial(reference, pass_, q, k, v, causal, dout))
         for impl in impls_for(pass_, args):
             record = dict(base, impl=impl, tflops=None)
             try:
-                checked = check(impl, pass_, q, k, v, causal, dout, get_reference) if impl.startswith("fa3") else {}
-                ms, extra = time_point(impl, pass_, q, k, v, causal, dout, args.rep_ms)
+                if fp8 and pass_ == "bwd":
+                    raise Unavailable("e4m3: forward only")
+                checked = {}
+                if impl.startswith("fa3"):
+                    checked = check(impl, pass_, q, k, v, causal, dout, get_reference, **fp8)
+                ms, extra = time_point(impl, pass_, q, k, v, causal, dout, args.rep_ms, **fp8)
                 record["tflops"] = flops(pass_, batch, nheads, seqlen, hdim, causal) / (ms * 1e-3) / 1e12
                 record.update(checked, **extra)
             except (Unavailable, WrongResult) as e:

@@ -71,8 +71,13 @@
 // against the row's running max when its key block is processed, so the rounding of P
 // depends on the key tile (64 keys on the CPU path): the kernel is held to the FP8
 // accuracy rule against this oracle, not to bitwise equality. fa3::cpu runs FP8 calls
-// (not varlen); the GPU entry points refuse them for now (kNotSupported, naming q) until
-// the FP8 kernel exists.
+// (not varlen). fa3::forward runs them in a build with the FP8 kernels
+// (BuildInfo::gpu_fp8, the FA3_GPU_FP8 option; kNotSupported naming q otherwise): head
+// dims up to 128, plain and causal masks (no window, softcap or chunk), block_rows 128,
+// with block scales finite and > 0 (as fp8::quantize writes them), out bf16 or fp16 as
+// built (FA3_DTYPES). As FP8 wgmma reads V with its keys contiguous, the call first
+// writes V transposed into a buffer it allocates and frees on the stream
+// (cudaMallocAsync / cudaFreeAsync, which CUDA graph capture records).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -127,8 +132,8 @@ struct Fp8Args {
   TensorView q_block_scale;
   TensorView k_block_scale;
   TensorView v_block_scale;
-  // The FP8 kernel will read one scale per tile, so block_rows is its tile height on the
-  // GPU: 128, a multiple of its block_m and block_n. fa3::cpu takes any block_rows >= 1.
+  // The FP8 kernels read one scale per tile, so block_rows is their tile height on the
+  // GPU: 128, a multiple of their block_m and block_n. fa3::cpu takes any block_rows >= 1.
   int block_rows = 128;
 
   bool has_block_scales() const {

@@ -90,8 +90,9 @@ def flash_attn_func(
     attention_chunk=C > 0 (chunked attention, as Llama 4 uses): a query also sees only
     the keys of its own chunk of C positions, j // C == (i + seqlen_k - seqlen_q) // C.
 
-    FP8 (forward only, CPU tensors for now; CUDA tensors raise NotImplementedError
-    until the FP8 kernel exists): q, k, v in torch.float8_e4m3fn give out in bfloat16.
+    FP8 (forward only; CUDA tensors in an extension built with FA3_GPU_FP8, head dim up
+    to 128 and 128-row block scales, fa3.build_info()["gpu_fp8"], else they raise
+    NotImplementedError): q, k, v in torch.float8_e4m3fn give out in bfloat16.
     Their real values are the codes times q/k/v_descale, float32 (batch, nheads_k) as
     in FlashAttention-3 (query head h reads row h // (nheads / nheads_k)), times, with
     block_scales = (q_scale, k_scale, v_scale) (fa3's own keyword, what

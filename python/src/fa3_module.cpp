@@ -257,6 +257,7 @@ nb::dict build_info_dict() {
   d["gpu_kernels"] = b.gpu_kernels;
   d["gpu_varlen"] = b.gpu_varlen;
   d["gpu_kvcache"] = b.gpu_kvcache;
+  d["gpu_fp8"] = b.gpu_fp8;
   return d;
 }
 

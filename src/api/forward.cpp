@@ -27,7 +27,9 @@ Status run_on_device(const ForwardArgs& args, const char* kernel, cudaStream_t s
   // A kernel named by the caller wins over the tuning cache's. The cache times plain
   // and causal kernels only (the general family has one per head dim), on fixed-length
   // shapes: a varlen call's lengths are bounds, not its shape.
-  const bool tunable = kernel == nullptr && !problem.varlen && hopper::mask_kind(problem) != hopper::MaskKind::kGeneral;
+  // FP8 calls have one kernel per head dim and mask.
+  const bool tunable = kernel == nullptr && !problem.varlen &&
+                       hopper::mask_kind(problem) != hopper::MaskKind::kGeneral && args.q.dtype != DType::kFloat8E4M3;
   const std::string tuned = tunable ? tuned_forward_kernel(problem, args.q.dtype, *dev) : std::string();
   return hopper::run_forward(problem, args, dev->sm_count, stream, tuned.empty() ? kernel : tuned.c_str());
 }
@@ -44,7 +46,8 @@ Status forward_kernels(const ForwardArgs& args, std::vector<std::string>* names)
   Problem problem;
   FA3_RETURN_IF_ERROR(validate_forward(args, gpu_target(), &problem));
   names->clear();
-  for (const hopper::FwdKernelEntry* k : hopper::fwd_candidates(problem, args.q.dtype)) names->push_back(k->name());
+  for (const hopper::FwdKernelEntry* k : hopper::fwd_candidates(problem, args.q.dtype, args.out.dtype))
+    names->push_back(k->name());
   return Status::ok();
 }
 

@@ -53,10 +53,11 @@ ValidationTarget gpu_target() {
   // Varlen forward calls run on the forward kernels once the build switches them on
   // (hopper::fwd_varlen_enabled); until then they are refused after validation.
   t.supports_varlen = hopper::fwd_varlen_enabled();
-  // No FP8 kernel yet: e4m3 calls are refused after every other rule. The kernel will
-  // read one block scale per 128-row tile (fa3/attention.h's Fp8Args).
-  t.supports_fp8 = false;
-  t.fp8_block_rows = 128;
+  // e4m3 calls run on the FP8 forward kernels once the build switches them on
+  // (hopper::fwd_fp8_enabled); until then they are refused after every other rule. The
+  // kernels read one block scale per 128-row tile (fa3/attention.h's Fp8Args).
+  t.supports_fp8 = hopper::fwd_fp8_enabled();
+  t.fp8_block_rows = hopper::kFp8BlockRows;
   t.locate = locate_device_pointer;
   // forward_with_kvcache runs on its own kernels once the build switches them on
   // (hopper::kvcache_enabled); its workspace follows from the plan for this device.

@@ -129,7 +129,7 @@ Status tune_forward(const ForwardArgs& args, cudaStream_t stream, TuneResult* re
 
   TuneResult r;
   r.cls = tune_class_of(problem, args.q.dtype);
-  for (const hopper::FwdKernelEntry* k : hopper::fwd_candidates(problem, args.q.dtype)) r.kernels.push_back(k->name());
+  for (const hopper::FwdKernelEntry* k : hopper::fwd_candidates(problem, args.q.dtype, args.out.dtype)) r.kernels.push_back(k->name());
   if (r.kernels.empty()) {
     return {StatusCode::kNotSupported, "no forward kernel was built for " + r.cls.describe()};
   }

@@ -33,7 +33,7 @@ namespace fa3::hopper {
 
 template <class Traits>
 struct FwdEpilogue {
-  using Element = typename Traits::Element;
+  using Element = typename Traits::ElementOut;  // O's
   using BM = typename Traits::BM;
   using BN = typename Traits::BN;
   using DV = typename Traits::DV;  // O's head dim (V's)

@@ -8,8 +8,12 @@
 // k half) order.
 #pragma once
 
-#include <cute/tensor.hpp>
 #include <cutlass/numeric_conversion.h>
+
+#include <cute/tensor.hpp>
+
+#include "hopper/arch/ptx.cuh"
+#include "hopper/fp8_layout.h"
 
 namespace fa3::hopper {
 
@@ -68,6 +72,45 @@ __device__ __forceinline__ auto convert_fragment(const cute::Tensor<Engine, Layo
   auto dst = cute::make_tensor<To>(src.layout());
   convert_into(dst, src);
   return dst;
+}
+
+// P (the fp32 accumulator `s` of one m64nN block, ((2, 2, N/8), 1, 1)) as the A operand
+// of the P·V GEMM, in `To`: an owning fragment in the operand's layout. 16-bit types
+// re-view the accumulator's order; e4m3 takes the operand's own ((4, 2, 2), 1, N/32),
+// filled by convert_p.
+template <class To, class AccLayout>
+__device__ __forceinline__ auto make_p_operand(AccLayout acc) {
+  using namespace cute;
+  if constexpr (sizeof_bits_v<To> == 8) {
+    constexpr int kSlices = decltype(size<0, 2>(AccLayout{}))::value / 4;  // 32-key slices
+    return make_tensor<To>(Layout<Shape<Shape<_4, _2, _2>, _1, Int<kSlices>>>{});
+  } else {
+    return make_tensor<To>(acc_as_a_layout(acc));
+  }
+}
+
+// Converts the accumulator `src` into `dst`, a fragment from make_p_operand. For e4m3,
+// each A value takes the accumulator value hopper/fp8_layout.h's fp8_p_source names,
+// which reorders keys inside each thread only (Vᵀ's columns are in the same order).
+template <class DstEngine, class DstLayout, class SrcEngine, class SrcLayout>
+__device__ __forceinline__ void convert_p(cute::Tensor<DstEngine, DstLayout>& dst,
+                                          const cute::Tensor<SrcEngine, SrcLayout>& src) {
+  using To = typename DstEngine::value_type;
+  if constexpr (cute::sizeof_bits_v<To> == 8) {
+    constexpr int kN = decltype(cute::size(src))::value;
+    static_assert(kN % 16 == 0 && decltype(cute::size(dst))::value == kN);
+    const float* d = src.data();
+    std::uint32_t* regs = reinterpret_cast<std::uint32_t*>(cute::raw_pointer_cast(dst.data()));
+    CUTE_UNROLL
+    for (int reg = 0; reg < kN / 4; ++reg) {
+      const int base = reg / 4 * 16;  // the 32-key slice's first accumulator value
+      const int a = reg % 4 * 4;      // the register's first A value in the slice
+      regs[reg] = arch::pack_e4m3x4(d[base + fp8_p_source(a)], d[base + fp8_p_source(a + 1)],
+                                    d[base + fp8_p_source(a + 2)], d[base + fp8_p_source(a + 3)]);
+    }
+  } else {
+    convert_into(dst, src);
+  }
 }
 
 }  // namespace fa3::hopper

@@ -3,9 +3,10 @@
 // below; which tiles are compiled is the build's choice (src/CMakeLists.txt) and
 // which one runs is the dispatcher's (fwd_dispatch.cpp).
 //
-// Shared memory per CTA (bf16/fp16), with d the Q/K head dim and dv V's: Q
-// q_stages*block_m*d*2, K stages*block_n*d*2, V stages*block_n*dv*2, and O
-// block_m*dv*2 when it has a buffer of its own. The Hopper limit is 227 KB.
+// Shared memory per CTA, with d the Q/K head dim, dv V's and e the inputs' bytes per
+// element (2 for bf16/fp16, 1 for e4m3): Q q_stages*block_m*d*e, K stages*block_n*d*e,
+// V stages*block_n*dv*e, and O block_m*dv*2 (O is 16-bit whatever the inputs) when it
+// has a buffer of its own. The Hopper limit is 227 KB.
 #pragma once
 
 namespace fa3::hopper {
@@ -81,9 +82,10 @@ inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.
 inline constexpr int kSmemReserveBytes = 2048;
 
-constexpr int fwd_smem_bytes(int head_dim, int head_dim_v, FwdTile tile, int stages, int q_stages, bool o_buffer) {
-  const int q = tile.block_m * head_dim * 2;
-  const int kv = stages * tile.block_n * (head_dim + head_dim_v) * 2;
+constexpr int fwd_smem_bytes(int head_dim, int head_dim_v, FwdTile tile, int stages, int q_stages, bool o_buffer,
+                             int input_bytes = 2) {
+  const int q = tile.block_m * head_dim * input_bytes;
+  const int kv = stages * tile.block_n * (head_dim + head_dim_v) * input_bytes;
   const int o = tile.block_m * head_dim_v * 2;
   return q_stages * q + kv + (o_buffer ? o : 0) + kSmemReserveBytes;
 }
@@ -105,7 +107,15 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 //
 // With a V head dim of its own (head_dim_v), the rules that concern O (its registers,
 // its rescale) follow head_dim_v and those that concern Q follow head_dim.
-constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile) {
+//
+// FP8 (e4m3) inputs (input_bytes 1) take the same rules, with two exceptions: Q·Kᵀ
+// reads Q from shared memory (an e4m3 A operand from registers would need Q's bytes
+// regrouped after ldmatrix), and the softmax is the plain online one, since P is shifted
+// by 2^8 before its rounding to e4m3 and a stale reference could push it past e4m3's
+// range (hopper/softmax.cuh); its rescale of O also applies V's block scales
+// (hopper/fp8_scales.cuh).
+constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int input_bytes = 2) {
+  const bool fp8 = input_bytes == 1;
   const int wgs = tile.block_m / 64;
   // Four warpgroups go through a 64-key block in about half the time three take for a
   // 128-key one, so two stages would request a tile's first block too late to hide
@@ -113,13 +123,14 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile) {
   const int stages = tile.stages != 0 ? tile.stages : wgs == 4 ? 3 : 2;
   OStore o_store = tile.o_store;
   if (o_store == OStore::kAuto) {
-    o_store = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 1, true) <= kSmemLimitBytes ? OStore::kOwnBuffer
-                                                                                             : OStore::kRegisters;
+    o_store = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 1, true, input_bytes) <= kSmemLimitBytes
+                  ? OStore::kOwnBuffer
+                  : OStore::kRegisters;
   }
   int q_stages = tile.q_stages;
   if (q_stages == 0) {
-    const bool fits =
-        fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 2, o_store == OStore::kOwnBuffer) <= kSmemLimitBytes;
+    const bool fits = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 2, o_store == OStore::kOwnBuffer,
+                                     input_bytes) <= kSmemLimitBytes;
     q_stages = o_store != OStore::kQBuffer && fits ? 2 : 1;
   }
   // Two consumer warpgroups that hold O for head dims of 192 and up, or hold O in
@@ -132,7 +143,7 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile) {
   // vote on the softmax's critical path. Two warpgroups at head dim 64, where the
   // softmax is the longer half of each step and one other warpgroup hides it, lost
   // 4 % on short causal rows; everywhere else it gained (docs/perf-log.md).
-  const bool lazy_rescale = head_dim_v > 64 || wgs > 2;
+  const bool lazy_rescale = !fp8 && (head_dim_v > 64 || wgs > 2);
   // A warpgroup's causal diagonal ends 64 rows before the next one's. That leaves it a
   // whole key block short of the tile's last one whenever a block boundary falls in
   // between: in most tiles of three or more warpgroups or of key blocks that are not
@@ -146,7 +157,7 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile) {
   // (d/4 registers) fits beside two warpgroups' 224 only up to head dim 128: three
   // warpgroups at 160 spilled 96 bytes with it at head dim 64, and the hdim 192 kernel,
   // O in registers at 240, spilled 32.
-  const bool q_registers = head_dim <= 128 && wgs == 2;
+  const bool q_registers = !fp8 && head_dim <= 128 && wgs == 2;
   // Every query block of a head reads all of its K/V from L2: about 5 TB/s at 650
   // TFLOP/s, whose energy lowers the clock under the power cap. Two CTAs on
   // neighbouring query blocks of a head halve that by sharing each load (TMA

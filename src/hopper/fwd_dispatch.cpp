@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "hopper/fp8_vt.h"
 #include "hopper/varlen_rows.h"
 
 namespace fa3::hopper {
@@ -18,9 +19,18 @@ namespace fa3::hopper {
 
 namespace {
 
-DType dtype_from_name(const char* name) {
-  return std::string(name) == "fp16" ? DType::kFloat16 : DType::kBFloat16;
+// A kernel's dtype name: bf16 or fp16, or e4m3bf16 / e4m3fp16 for e4m3 inputs and O's
+// 16-bit type. (Used by the registry's entries, of which a build may have none.)
+[[maybe_unused]] DType dtype_from_name(const char* name) {
+  const std::string n = name;
+  if (n.rfind("e4m3", 0) == 0) return DType::kFloat8E4M3;
+  return n == "fp16" ? DType::kFloat16 : DType::kBFloat16;
 }
+[[maybe_unused]] DType out_dtype_from_name(const char* name) {
+  const std::string n = name;
+  return n == "fp16" || n == "e4m3fp16" ? DType::kFloat16 : DType::kBFloat16;
+}
+bool is_fp8(const FwdKernelEntry& k) { return k.dtype == DType::kFloat8E4M3; }
 
 // The kernel family that runs a call on the kernels of QK head dim `head_dim`: its mask
 // kind's, except that a varlen call needs a family that carries the varlen paths, the
@@ -87,6 +97,7 @@ const std::vector<FwdKernelEntry>& fwd_kernels() {
   static const std::vector<FwdKernelEntry> kernels = {
 #define FA3_FWD_INSTANCE(dtype, hdim, hdim_v, id, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster) \
   {dtype_from_name(#dtype),                                                                                   \
+   out_dtype_from_name(#dtype),                                                                               \
    hdim,                                                                                                      \
    hdim_v,                                                                                                    \
    mask_kind_from_name(#mask),                                                                                \
@@ -101,7 +112,7 @@ const std::vector<FwdKernelEntry>& fwd_kernels() {
 std::vector<DType> fwd_dtypes() {
   std::vector<DType> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (std::find(out.begin(), out.end(), k.dtype) == out.end()) out.push_back(k.dtype);
+    if (!is_fp8(k) && std::find(out.begin(), out.end(), k.dtype) == out.end()) out.push_back(k.dtype);
   }
   return out;
 }
@@ -109,32 +120,39 @@ std::vector<DType> fwd_dtypes() {
 std::vector<int> fwd_head_dims() {
   std::vector<int> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
+    if (!is_fp8(k) && std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv) {
+HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv) { return fwd_kernel_head_dims(d, dv, false); }
+
+HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv, bool fp8) {
   HeadDims best;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    const bool fits = k.head_dim >= d && k.head_dim_v >= dv;
+    const bool fits = is_fp8(k) == fp8 && k.head_dim >= d && k.head_dim_v >= dv;
     if (fits && (best.qk == 0 || k.head_dim + k.head_dim_v < best.qk + best.v)) best = {k.head_dim, k.head_dim_v};
   }
   return best;
 }
 
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype) {
-  const HeadDims dims = fwd_kernel_head_dims(p.head_dim, p.head_dim_v);
+  return fwd_candidates(p, dtype, dtype == DType::kFloat8E4M3 ? DType::kBFloat16 : dtype);
+}
+
+std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype, DType out_dtype) {
+  const HeadDims dims = fwd_kernel_head_dims(p.head_dim, p.head_dim_v, dtype == DType::kFloat8E4M3);
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (k.dtype == dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v &&
+    if (k.dtype == dtype && k.out_dtype == out_dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v &&
         k.mask == fwd_mask_kind(p, dims.qk)) {
       out.push_back(&k);
     }
   }
-  // The measurements behind the preferences are of equal head dims.
-  const std::vector<FwdTile> order = dims.qk == dims.v ? preferred_tiles(p, dims.qk) : std::vector<FwdTile>{};
+  // The measurements behind the preferences are of equal head dims and 16-bit inputs.
+  const bool measured = dims.qk == dims.v && dtype != DType::kFloat8E4M3;
+  const std::vector<FwdTile> order = measured ? preferred_tiles(p, dims.qk) : std::vector<FwdTile>{};
   auto rank = [&](const FwdKernelEntry* k) {
     const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) {
       return t.block_m == k->tile.block_m && t.block_n == k->tile.block_n &&
@@ -147,6 +165,14 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
 }
 
 bool fwd_varlen_enabled() { return kVarlenKernels; }
+
+bool fwd_fp8_enabled() {
+#ifdef FA3_GPU_FP8
+  return true;
+#else
+  return false;
+#endif
+}
 
 namespace {
 
@@ -195,6 +221,26 @@ void set_packed_layout(const Problem& p, const ForwardArgs& a, FwdParams* f) {
   f->total_k = static_cast<int>(p.total_k);
 }
 
+// An FP8 call's scales; a view's strides as (batch, head[, block]).
+void set_fp8_scales(const Fp8Args& a, FwdParams* f) {
+  const auto scale = [](const TensorView& t) {
+    FwdParams::Fp8Scale s;
+    s.ptr = static_cast<const float*>(t.data);
+    if (s.ptr != nullptr) {
+      s.batch_stride = t.stride[0];
+      s.head_stride = t.stride[1];
+      s.block_stride = t.rank > 2 ? t.stride[2] : 0;
+    }
+    return s;
+  };
+  f->q_descale = scale(a.q_descale);
+  f->k_descale = scale(a.k_descale);
+  f->v_descale = scale(a.v_descale);
+  f->q_block_scale = scale(a.q_block_scale);
+  f->k_block_scale = scale(a.k_block_scale);
+  f->v_block_scale = scale(a.v_block_scale);
+}
+
 }  // namespace
 
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
@@ -222,20 +268,49 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   f.softmax_scale_log2 = p.softmax_scale * static_cast<float>(M_LOG2E);
   f.softcap = p.softcap;
   set_mask_params(p, &f);
+  if (a.q.dtype == DType::kFloat8E4M3) {
+    set_fp8_scales(a.fp8, &f);
+    f.vt_keys = fp8_vt_keys(f.seqlen_k);
+  }
   f.num_sms = num_sms;
   return f;
 }
 
+// Runs `kernel` on an FP8 call: Vᵀ into a buffer of the stream's, the kernel, the
+// buffer's release.
+Status run_fp8(const FwdKernelEntry& kernel, FwdParams params, cudaStream_t stream) {
+  void* vt = nullptr;
+  cudaError_t err = cudaMallocAsync(&vt, fp8_vt_bytes(params), stream);
+  if (err != cudaSuccess)
+    return {StatusCode::kCudaError, std::string("FP8 forward: buffer of V transposed: ") + cudaGetErrorString(err)};
+  err = launch_fp8_transpose_v(params, vt, stream);
+  Status launched = err == cudaSuccess ? Status::ok()
+                                       : Status{StatusCode::kCudaError,
+                                                std::string("FP8 forward: transpose of V: ") + cudaGetErrorString(err)};
+  if (launched.is_ok()) {
+    params.vt = vt;
+    launched = kernel.launch(params, stream);
+  }
+  err = cudaFreeAsync(vt, stream);
+  if (launched.is_ok() && err != cudaSuccess) {
+    return {StatusCode::kCudaError, std::string("FP8 forward: buffer of V transposed: ") + cudaGetErrorString(err)};
+  }
+  return launched;
+}
+
 Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream, const char* kernel) {
-  const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype);
-  const int kernel_head_dim = fwd_kernel_head_dims(p.head_dim, p.head_dim_v).qk;
+  const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype, a.out.dtype);
+  const int kernel_head_dim = fwd_kernel_head_dims(p.head_dim, p.head_dim_v, a.q.dtype == DType::kFloat8E4M3).qk;
   const std::string mask = mask_kind_name(fwd_mask_kind(p, kernel_head_dim));
+  const std::string dtype = a.q.dtype == DType::kFloat8E4M3
+                                ? std::string(dtype_name(a.q.dtype)) + " (out " + dtype_name(a.out.dtype) + ")"
+                                : std::string(dtype_name(a.q.dtype));
   const std::string dims = p.head_dim_v == p.head_dim ? "head dim " + std::to_string(p.head_dim)
                                                       : "head dims (q/k, v) (" + std::to_string(p.head_dim) + ", " +
                                                             std::to_string(p.head_dim_v) + ")";
   if (candidates.empty()) {
     return {StatusCode::kNotSupported,
-            std::string("no forward kernel was built for dtype ") + dtype_name(a.q.dtype) + ", " + dims + ", mask " + mask};
+            "no forward kernel was built for dtype " + dtype + ", " + dims + ", mask " + mask};
   }
   const FwdKernelEntry* chosen = candidates.front();
   if (kernel != nullptr) {
@@ -243,13 +318,13 @@ Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStre
     if (it == candidates.end()) {
       std::string names;
       for (const FwdKernelEntry* k : candidates) names += (names.empty() ? "" : ", ") + k->name();
-      return {StatusCode::kInvalidArgument, std::string("no forward kernel '") + kernel + "' for dtype " +
-                                                dtype_name(a.q.dtype) + ", " + dims + ", mask " + mask +
-                                                " (built: " + names + ")"};
+      return {StatusCode::kInvalidArgument, std::string("no forward kernel '") + kernel + "' for dtype " + dtype +
+                                                ", " + dims + ", mask " + mask + " (built: " + names + ")"};
     }
     chosen = *it;
   }
   const FwdParams params = make_fwd_params(p, a, num_sms);
+  if (a.q.dtype == DType::kFloat8E4M3) return run_fp8(*chosen, params, stream);
   const Status launched = chosen->launch(params, stream);
   if (!launched.is_ok()) return launched;
   // A varlen call's rows of no sequence (hopper/varlen_rows.h); nothing otherwise.

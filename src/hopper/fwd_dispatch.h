@@ -17,9 +17,10 @@ namespace fa3::hopper {
 
 // One compiled forward kernel (from the configure-time kernel list).
 struct FwdKernelEntry {
-  DType dtype;
-  int head_dim;    // of Q and K
-  int head_dim_v;  // of V and O
+  DType dtype;      // of Q, K and V
+  DType out_dtype;  // of O: dtype, or bf16 / fp16 for e4m3 inputs
+  int head_dim;     // of Q and K
+  int head_dim_v;   // of V and O
   MaskKind mask;
   FwdTile tile;
   Status (*launch)(const FwdParams&, cudaStream_t);
@@ -32,7 +33,7 @@ struct FwdKernelEntry {
 const std::vector<FwdKernelEntry>& fwd_kernels();
 
 // What was compiled: dtypes, and the kernels' Q/K head dims (with their own V head
-// dim or not).
+// dim or not), of the 16-bit kernels (the FP8 ones are fwd_fp8_enabled's).
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
 
@@ -45,21 +46,31 @@ struct HeadDims {
   int v = 0;
 };
 HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv);
+// The same among the kernels of e4m3 inputs (fp8) or of 16-bit ones.
+HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv, bool fp8);
 
-// The compiled kernels that can run `p` with inputs of `dtype`, best first for its
-// shape (tile shapes preferred by measurement, then the build's order): the first is
-// forward()'s default.
+// The compiled kernels that can run `p` with inputs of `dtype` and an O of `out_dtype`,
+// best first for its shape (tile shapes preferred by measurement, then the build's
+// order): the first is forward()'s default. Without out_dtype: the inputs' (bf16 for
+// e4m3 inputs).
+std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype, DType out_dtype);
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype);
 
 // Whether varlen calls run on the forward kernels: the build's FA3_GPU_VARLEN option,
 // off until the varlen path has passed its GPU tests (tests/gpu/hopper/test_fwd_varlen.cpp).
 bool fwd_varlen_enabled();
 
+// Whether e4m3 (FP8) calls run on the FP8 forward kernels: the build's FA3_GPU_FP8
+// option, off until they have passed their GPU tests (tests/gpu/hopper/test_fwd_fp8.cpp).
+bool fwd_fp8_enabled();
+
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.
 // A varlen call's index tensors stay in device memory: the kernels read them.
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms);
 
-// Runs the default kernel, or the one named `kernel` when it is not null.
+// Runs the default kernel, or the one named `kernel` when it is not null. An FP8 call
+// first writes V transposed (hopper/fp8_vt.h) into a buffer it allocates and frees on
+// `stream` (stream-ordered, so that CUDA graph capture records both).
 Status run_forward(const Problem& p, const ForwardArgs& args, int num_sms, cudaStream_t stream,
                    const char* kernel = nullptr);
 

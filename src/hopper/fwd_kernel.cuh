@@ -33,8 +33,11 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include <type_traits>
+
 #include "hopper/barriers.cuh"
 #include "hopper/epilogue.cuh"
+#include "hopper/fp8_scales.cuh"
 #include "hopper/fwd_mainloop.cuh"
 #include "hopper/fwd_params.h"
 #include "hopper/fwd_traits.cuh"
@@ -53,6 +56,9 @@ struct FwdKernel {
   // General tiles may differ in length as causal ones do (a causal window, or causal
   // with a softcap): they take the dynamic, longest-first order too.
   using Scheduler = TileScheduler<Mask::kCausal || Mask::kGeneral>;
+  using Scales = std::conditional_t<Traits::kFp8, Fp8TileScales<Traits::kBlockM, Traits::kBlockN>, NoScales>;
+  // FP8: P = exp(s - max) * 2^8 before its rounding to e4m3 (fa3/attention.h).
+  static constexpr int kFp8PLog2Shift = 8;
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
 
@@ -235,7 +241,11 @@ struct FwdKernel {
       const SeqBounds seq = slot.seq;
       const Mask tile_mask = for_sequence(mask, seq.seqlen_q, seq.seqlen_k);
       const BlockRange keys = tile_key_blocks(tile_mask, tile.m_block);
-      OnlineSoftmax<2, Traits::kCfg.lazy_rescale> softmax(softmax_scale_log2_of(mask, params.p));
+      // The FP8 kernels' scales of q and k fold into the softmax scale, and P is shifted
+      // by 2^8 before its rounding to e4m3 (hopper/fp8_scales.cuh, hopper/softmax.cuh).
+      const Scales scales(params.p, tile);
+      OnlineSoftmax<2, Traits::kCfg.lazy_rescale, Traits::kFp8 ? kFp8PLog2Shift : 0> softmax(
+          softmax_scale_log2_of(mask, params.p) * scales.qk());
       // Once this warpgroup's last Q·Kᵀ from shared memory has completed: with O
       // elsewhere, Q's stage may take the next tile's Q; with O in Q's buffer, the other
       // warpgroups may write O.
@@ -256,13 +266,18 @@ struct FwdKernel {
       float lse[2];
       // While the last P·V runs: the row statistics, LSE's store, and the next tile's Q.
       const auto last_pv_issued = [&] {
-        softmax.finish(softmax_scale_of(mask, params.p), inv_sum, lse);
+        softmax.finish(softmax_scale_of(mask, params.p) * scales.qk(), inv_sum, lse);
         add_sink(params.p, tile.head, inv_sum, lse);
         Epilogue::store_lse(params.p, tid, tile, seq, lse);
         if constexpr (kQEarly) next = next_tile(next_state);
       };
+      float v_last;
       consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, tile_mask, tile.m_block, keys,
-                        v_rows_to_clear(params.p, seq, keys), tOrO, softmax, q_read, last_pv_issued);
+                        v_rows_to_clear(params.p, seq, keys), tOrO, softmax, scales, v_last, q_read, last_pv_issued);
+      if constexpr (Scales::kOn) {
+        const float v_out = scales.v_out(v_last);
+        for (float& f : inv_sum) f *= v_out;
+      }
       auto o = rowcol_view(tOrO);
       rescale_rows(o, inv_sum);
       Epilogue::store_o(params, smem, epilogue_state, tid, tile, seq, tOrO, lse);

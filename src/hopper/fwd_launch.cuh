@@ -51,21 +51,24 @@ Status max_active_clusters(KernelFn kernel, const cudaLaunchConfig_t& config, in
 
 }  // namespace detail
 
-template <class Element, int kHeadDim, int kHeadDimV, class Mask, FwdTile kTile>
+// ElementOut is O's type: Element, or bf16 / fp16 for e4m3 inputs (whose V the kernel
+// reads from p.vt, the transposed copy hopper/fp8_vt.h writes).
+template <class Element, int kHeadDim, int kHeadDimV, class Mask, FwdTile kTile, class ElementOut = Element>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
   constexpr FwdConfig kCfg = [] {
-    FwdConfig c = fwd_config(kHeadDim, kHeadDimV, kTile);
+    FwdConfig c = fwd_config(kHeadDim, kHeadDimV, kTile, sizeof_bits_v<Element> / 8);
     c.varlen = fwd_carries_varlen(kHeadDim, Mask::kGeneral);
     return c;
   }();
   static_assert(kCfg.cluster_m == 1 || !Mask::kCausal, "causal query blocks differ in key blocks: no shared loads");
-  using Traits = FwdTraits<Element, kHeadDim, kHeadDimV, kCfg>;
+  using Traits = FwdTraits<Element, kHeadDim, kHeadDimV, kCfg, ElementOut>;
   using Kernel = FwdKernel<Traits, Mask>;
   using Stride = typename Traits::GmemStride;
   using StrideVt = typename Traits::GmemStrideVt;
 
   auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
+  auto gmem_out = [](void* ptr) { return make_gmem_ptr(static_cast<const ElementOut*>(ptr)); };
   // The tensors' head dim is the call's: TMA reads the kernel's extra columns as zeros
   // and stores none of them. A varlen call's packed tensors are one batch entry of all
   // their rows (q_rows, k_rows, tensor_batches in hopper/tile_scheduler.cuh), which the
@@ -86,7 +89,17 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const Stride k_stride = strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, rows_k, p.nheads_kv, p.head_dim);
   const Stride v_stride = strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, rows_k, p.nheads_kv, p.head_dim_v);
   const Stride o_stride = strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, rows_q, p.nheads_q, p.head_dim_v);
-  const StrideVt vt_stride{_1{}, get<0>(v_stride), get<2>(v_stride), get<3>(v_stride)};
+  const auto v_tensor = [&] {
+    if constexpr (Traits::kFp8) {
+      // Vᵀ: (head_dim_v, vt_keys) per (kv head, batch), dense, keys contiguous.
+      const std::int64_t keys = p.vt_keys;
+      const Stride vt{keys, _1{}, keys * p.head_dim_v, keys * p.head_dim_v * p.nheads_kv};
+      return make_tensor(gmem(p.vt), make_shape(p.head_dim_v, p.vt_keys, p.nheads_kv, batches), vt);
+    } else {
+      const StrideVt vt_stride{_1{}, get<0>(v_stride), get<2>(v_stride), get<3>(v_stride)};
+      return make_tensor(gmem(p.v), vt_shape, vt_stride);
+    }
+  };
 
   // The CTAs of a cluster run neighbouring query blocks of one head: each head gets a
   // multiple of the cluster size, the blocks past the sequence end computed and not
@@ -100,10 +113,9 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       make_tma_copy(typename Traits::TmaKVOp{}, make_tensor(gmem(p.k), k_shape, k_stride),
                     take<0, 2>(typename Traits::SmemLayoutK{}), Shape<typename Traits::BN, typename Traits::D>{},
                     typename Traits::Cluster{}),
-      make_tma_copy(typename Traits::TmaKVOp{}, make_tensor(gmem(p.v), vt_shape, vt_stride),
-                    take<0, 2>(typename Traits::SmemLayoutVt{}), Shape<typename Traits::DV, typename Traits::BN>{},
-                    typename Traits::Cluster{}),
-      make_tma_copy(SM90_TMA_STORE{}, make_tensor(gmem(p.out), o_shape, o_stride), typename Traits::SmemLayoutO{},
+      make_tma_copy(typename Traits::TmaKVOp{}, v_tensor(), take<0, 2>(typename Traits::SmemLayoutVt{}),
+                    Shape<typename Traits::DV, typename Traits::BN>{}, typename Traits::Cluster{}),
+      make_tma_copy(SM90_TMA_STORE{}, make_tensor(gmem_out(p.out), o_shape, o_stride), typename Traits::SmemLayoutO{},
                     Shape<_64, typename Traits::DV>{}, _1{}),
       p,
       num_m_blocks,

@@ -14,6 +14,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "hopper/barriers.cuh"
+#include "hopper/fp8_scales.cuh"
 #include "hopper/fragment.cuh"
 #include "hopper/gemm.cuh"
 #include "hopper/mask.cuh"
@@ -207,14 +208,21 @@ struct FwdConsumer {
     }
   }
 
-  // Once S = Q·K_nᵀ has landed: frees K's stage, masks the block if it needs it, and
-  // folds S into the online softmax (S becomes P). Returns whether O must be rescaled
-  // by `rescale` (warp-uniform).
-  template <bool kFirst, class TensorS, class TensorC, class Softmax, int kRows>
+  // Once S = Q·K_nᵀ has landed: frees K's stage, applies the block's k scale (FP8
+  // kernels, hopper/fp8_scales.cuh), masks the block if it needs it, and folds S into
+  // the online softmax (S becomes P). Returns whether O must be rescaled by `rescale`
+  // (warp-uniform).
+  template <bool kFirst, class Scales, class TensorS, class TensorC, class Softmax, int kRows>
   __device__ __forceinline__ bool scores_to_probs(Pipeline& k_pipe, const Mask& mask, TensorS& s, const TensorC& coord,
-                                                  int m_block, int n, Softmax& softmax, float (&rescale)[kRows]) {
+                                                  int m_block, int n, float k_scale, Softmax& softmax,
+                                                  float (&rescale)[kRows]) {
     k_pipe.consumer_release(k_state, lane);
     k_state.advance();
+    if constexpr (Scales::kOn) {
+      // Before the mask: a scale times -inf would be NaN for a scale of 0.
+      CUTE_UNROLL
+      for (int i = 0; i < cute::size(s); ++i) s(i) *= k_scale;
+    }
     if constexpr (Mask::kGeneral) {
       if (mask.softcap.on) mask.softcap.apply(s);
     }
@@ -296,11 +304,14 @@ struct FwdConsumer {
   // statistics are final and the last P·V is in flight (for a warpgroup that saw no
   // key, at the end), so that work that does not need O overlaps that GEMM.
   // `v_valid` < kBlockN: V's rows past the first v_valid of the last key block are
-  // cleared before they are read (FwdKernel::v_rows_to_clear).
-  template <class QFragment, class TensorO, class Softmax, class QueryRead, class LastPvIssued>
+  // cleared before they are read (FwdKernel::v_rows_to_clear). `scales` are the tile's
+  // (hopper/fp8_scales.cuh); O is returned in units of *v_last, the v block scale of the
+  // last key block run (1 for NoScales).
+  template <class QFragment, class TensorO, class Softmax, class Scales, class QueryRead, class LastPvIssued>
   __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe, Pipeline& v_pipe,
                            const Mask& mask, int m_block, BlockRange keys, int v_valid, TensorO& tOrO, Softmax& softmax,
-                           QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
+                           const Scales& scales, float& v_last, QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
+    static_assert(!Scales::kOn || !Traits::kCfg.lazy_rescale, "V's block scales ride on the rescale of every block");
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
@@ -348,6 +359,7 @@ struct FwdConsumer {
         turn_wait();
         turn_pass();
       }
+      v_last = 1.f;
       q_read();
       last_pv_issued();
       return;
@@ -363,17 +375,22 @@ struct FwdConsumer {
     // registers yet.
     if (v_valid < Traits::kBlockN && n_own == n_end) clear_v_rows(smem, v_pipe, v_valid);
     int n = n_own - 1;
+    // The block scales are read before the waits, which hide their latency.
+    float k_scale = scales.k_block(n);
+    float v_scale = scales.v_block(n);
     k_pipe.consumer_wait(k_state);
     turn_wait();
     gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);
     turn_pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
-    scores_to_probs<true>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
-    auto rP = convert_fragment<Element>(tSrS);
-    Tensor tOrP = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
+    scores_to_probs<true, Scales>(k_pipe, mask, s, coord, m_block, n, k_scale, softmax, rescale);
+    auto tOrP = make_p_operand<Element>(tSrS.layout());
+    convert_p(tOrP, tSrS);
 
     for (--n; n >= n_begin; --n) {
+      k_scale = scales.k_block(n);
+      const float v_next = scales.v_block(n);
       k_pipe.consumer_wait(k_state);
       turn_wait();
       gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);
@@ -382,14 +399,22 @@ struct FwdConsumer {
       turn_pass();
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
-      const bool grown = scores_to_probs<false>(k_pipe, mask, s, coord, m_block, n, softmax, rescale);
+      const bool grown = scores_to_probs<false, Scales>(k_pipe, mask, s, coord, m_block, n, k_scale, softmax, rescale);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       v_pipe.consumer_release(v_state, lane);
       v_state.advance();
+      if constexpr (Scales::kOn) {
+        // O moves from the previous block's v scale to this one's (hopper/fp8_scales.cuh).
+        const float to_next = v_scale / v_next;
+        CUTE_UNROLL
+        for (int r = 0; r < Softmax::kRowsPerThread; ++r) rescale[r] *= to_next;
+        v_scale = v_next;
+      }
       if (grown) rescale_rows(o, rescale);
-      convert_into(rP, tSrS);
+      convert_p(tOrP, tSrS);
     }
+    v_last = v_scale;
     if constexpr (!kQRegisters) q_read();  // every Q·Kᵀ of the tile has completed
 
     v_pipe.consumer_wait(v_state);

@@ -59,7 +59,23 @@ struct FwdParams {
   int total_q = 0;
   int total_k = 0;
 
+  // An FP8 call's scales (fa3/attention.h's Fp8Args), each null when not given, strides
+  // in elements: descales (batch, kv head), block scales (batch, head, block of
+  // kFp8BlockRows rows). vt is V transposed by hopper/fp8_vt.h: (batch, kv head,
+  // head_dim_v, vt_keys), keys contiguous and permuted inside groups of 16.
+  struct Fp8Scale {
+    const float* ptr = nullptr;
+    std::int64_t batch_stride = 0, head_stride = 0, block_stride = 0;
+  };
+  Fp8Scale q_descale, k_descale, v_descale;
+  Fp8Scale q_block_scale, k_block_scale, v_block_scale;
+  const void* vt = nullptr;
+  int vt_keys = 0;
+
   int num_sms = 0;  // persistent grid size upper bound
 };
+
+// The rows per block scale of an FP8 call on the GPU (validation refuses others).
+inline constexpr int kFp8BlockRows = 128;
 
 }  // namespace fa3::hopper

@@ -1,6 +1,8 @@
 // fa3 — the CuTe types of one forward kernel configuration: MMAs, shared-memory
-// layouts, TMA copies. Derived from (Element, Q/K head dim, V head dim, FwdConfig)
-// alone; Q, K and S have the first, V and O the second.
+// layouts, TMA copies. Derived from (Element, Q/K head dim, V head dim, FwdConfig,
+// ElementOut) alone; Q, K and S have the first head dim, V and O the second. Element is
+// the inputs' type and ElementOut O's: the same 16-bit type, or e4m3 inputs with a bf16
+// or fp16 O (the FP8 kernels, whose differences are marked kFp8).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -38,9 +40,12 @@ constexpr auto smem_atom() {
 
 }  // namespace detail
 
-template <class Element_, int kHeadDim_, int kHeadDimV_, FwdConfig kCfg_>
+template <class Element_, int kHeadDim_, int kHeadDimV_, FwdConfig kCfg_, class ElementOut_ = Element_>
 struct FwdTraits {
   using Element = Element_;
+  using ElementOut = ElementOut_;
+  static constexpr bool kFp8 = cute::sizeof_bits_v<Element> == 8;
+  static_assert(cute::sizeof_bits_v<ElementOut> == 16, "O is bf16 or fp16");
   static constexpr FwdConfig kCfg = kCfg_;
   static constexpr bool kVarlen = kCfg.varlen;
   static constexpr int kHeadDim = kHeadDim_;
@@ -76,11 +81,13 @@ struct FwdTraits {
         }
       }(),
       AtomLayout{}));
-  // O += P·V: P from registers, V read as a (head_dim_v x block_n) MN-major operand.
-  using TiledMmaPV = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, DV, BN>,
-                                       cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>(),
-      AtomLayout{}));
+  // O += P·V: P from registers, V read as a (head_dim_v x block_n) operand: MN-major
+  // (V as it is in memory) for 16-bit types; K-major (Vᵀ, keys contiguous: the only
+  // major FP8 wgmma takes) for e4m3, from the transposed copy hopper/fp8_vt.h writes.
+  static constexpr auto kMajorV = kFp8 ? cute::SM90::GMMA::Major::K : cute::SM90::GMMA::Major::MN;
+  using MmaPVOp = decltype(cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, DV, BN>,
+                                                            cute::SM90::GMMA::Major::K, kMajorV>());
+  using TiledMmaPV = decltype(cute::make_tiled_mma(MmaPVOp{}, AtomLayout{}));
 
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDim>(),
@@ -93,27 +100,33 @@ struct FwdTraits {
   // 64-wide slice of head_dim holds all block_n keys contiguously and TMA fills it with
   // one box; head_dim first would make every 8 keys a box of their own (1 KB each, 16
   // TMA instructions per slice at block_n 128).
-  using SmemLayoutVt = decltype(cute::tile_to_shape(
-      detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDimV>(),
-      cute::Shape<DV, BN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}));
+  // Vᵀ of the FP8 kernels is in memory as shared memory wants it, keys contiguous.
+  using SmemLayoutVt =
+      std::conditional_t<kFp8,
+                         decltype(cute::tile_to_shape(detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kBlockN>(),
+                                                      cute::Shape<DV, BN, cute::Int<kStages>>{})),
+                         decltype(cute::tile_to_shape(
+                             detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDimV>(),
+                             cute::Shape<DV, BN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}))>;
   // Each consumer warpgroup writes its own 64 rows of O and stores them with its own
   // TMA copy, so that no warpgroup waits for another at the end of a tile.
-  using TiledMmaPVRows = decltype(cute::make_tiled_mma(
-      cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, DV, BN>,
-                                       cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>()));
+  using TiledMmaPVRows = decltype(cute::make_tiled_mma(MmaPVOp{}));
   using SmemLayoutO = decltype(cute::tile_to_shape(
-      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDimV>(), cute::Shape<cute::_64, DV>{}));
+      detail::smem_atom<cute::SM90::GMMA::Major::K, ElementOut, kHeadDimV>(), cute::Shape<cute::_64, DV>{}));
   static constexpr int kOElemsPerWG = cute::cosize_v<SmemLayoutO>;
 
   // Global tensors as TMA sees them: (rows, head_dim, head, batch), head_dim contiguous;
-  // V as (head_dim, rows, head, batch).
+  // V as (head_dim, rows, head, batch), and the FP8 kernels' Vᵀ likewise, with its keys
+  // contiguous instead.
   using GmemShape = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
   using GmemStride = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
   using GmemStrideVt = cute::Stride<cute::_1, int64_t, int64_t, int64_t>;
 
-  template <class Stride>
-  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
-                                                GmemShape{}, Stride{}));
+  using GmemStrideV = std::conditional_t<kFp8, GmemStride, GmemStrideVt>;
+
+  template <class Stride, class T = Element>
+  using GmemTensor =
+      decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<T const*>(nullptr)), GmemShape{}, Stride{}));
 
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor<GmemStride>{},
                                             cute::take<0, 2>(SmemLayoutQ{}), cute::Shape<BM, D>{}, cute::_1{}));
@@ -123,9 +136,9 @@ struct FwdTraits {
   using TmaKVOp = std::conditional_t<(kCluster > 1), cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
   using TmaK = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStride>{}, cute::take<0, 2>(SmemLayoutK{}),
                                             cute::Shape<BN, D>{}, Cluster{}));
-  using TmaV = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStrideVt>{}, cute::take<0, 2>(SmemLayoutVt{}),
+  using TmaV = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStrideV>{}, cute::take<0, 2>(SmemLayoutVt{}),
                                             cute::Shape<DV, BN>{}, Cluster{}));
-  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<GmemStride>{}, SmemLayoutO{},
+  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<GmemStride, ElementOut>{}, SmemLayoutO{},
                                             cute::Shape<cute::_64, DV>{}, cute::_1{}));
 
   static constexpr std::uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
@@ -143,7 +156,7 @@ struct FwdTraits {
     alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
-    alignas(1024) Element o[kCfg.o_store == OStore::kOwnBuffer ? kConsumerWGs * kOElemsPerWG : 1];
+    alignas(1024) ElementOut o[kCfg.o_store == OStore::kOwnBuffer ? kConsumerWGs * kOElemsPerWG : 1];
     FwdTileSlot tile[kQStages];  // the tile whose Q a stage of q_pipe holds; m_block < 0: no more tiles
     // O's own buffer (hopper/epilogue.cuh): the tile's LSE and each consumer
     // warpgroup's tile for the store warp, and the barriers that hand a warpgroup's rows
@@ -157,10 +170,18 @@ struct FwdTraits {
     typename Pipeline::Storage v_pipe;
 
     // Consumer warpgroup wg's 64 rows of O.
-    __device__ Element* o_buffer(int wg) { return (kCfg.o_store == OStore::kQBuffer ? q : o) + wg * kOElemsPerWG; }
+    __device__ ElementOut* o_buffer(int wg) {
+      if constexpr (kCfg.o_store == OStore::kQBuffer) {
+        return reinterpret_cast<ElementOut*>(q) + wg * kOElemsPerWG;
+      } else {
+        return o + wg * kOElemsPerWG;
+      }
+    }
   };
-  static_assert(kCfg.o_store != OStore::kQBuffer || kConsumerWGs * kOElemsPerWG <= cute::cosize_v<SmemLayoutQ>,
+  static_assert(kCfg.o_store != OStore::kQBuffer ||
+                    kConsumerWGs * kOElemsPerWG * sizeof(ElementOut) <= cute::cosize_v<SmemLayoutQ> * sizeof(Element),
                 "O's rows fit in Q's buffer");
+  static_assert(!kFp8 || !kCfg.q_registers, "e4m3 Q·Kᵀ reads Q from shared memory");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
 };

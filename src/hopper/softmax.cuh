@@ -14,6 +14,13 @@
 // block) and of the row sums. The decision is per warp, not per row, so that skipping
 // is a branch the whole warp takes. kLazy = false moves the references every block
 // (the plain online softmax).
+//
+// kLog2Shift > 0 (the FP8 forward) scales every weight by 2^kLog2Shift, in the exponent:
+// P then lies in [0, 2^kLog2Shift] rather than [0, 1], so that rounding it to e4m3 keeps
+// weights down to 2^-17 at a shift of 8 (fa3/attention.h). The row sums carry the same
+// factor, which cancels in O / sum; finish() takes it out of the LSE. With kLazy the
+// weights could grow by another 2^kMaxGrowthLog2, past e4m3's range: the FP8 kernels run
+// the plain online softmax.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -32,8 +39,9 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int kRows, bool kLazy = true>
+template <int kRows, bool kLazy = true, int kLog2Shift = 0>
 struct OnlineSoftmax {
+  static_assert(kLog2Shift == 0 || !kLazy, "shifted weights need the plain online softmax");
   static constexpr int kRowsPerThread = kRows;
   static constexpr float kMaxGrowthLog2 = 8.f;
   float row_max[kRows];  // reference max of raw scores (see above); -inf while a row has seen nothing
@@ -89,7 +97,7 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r) {
       // A row that has seen only masked keys keeps max -inf; exponentiate against 0
       // instead so that exp2(-inf) = 0 and no NaN appears.
-      const float m_scaled = row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
+      const float m_scaled = (row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2) - kLog2Shift;
       float sum[4];
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(s); ++c) {
@@ -114,7 +122,7 @@ struct OnlineSoftmax {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = !(sum > 0.f);
       inv[r] = empty ? 0.f : arch::rcp_approx(sum);
-      lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + arch::log2_approx(sum) * kLn2;
+      lse[r] = empty ? -INFINITY : row_max[r] * softmax_scale + (arch::log2_approx(sum) - kLog2Shift) * kLn2;
     }
   }
 };

@@ -1,7 +1,7 @@
 """FP8 (e4m3) in Python: fa3.fp8.quantize (block scales, the random-sign Hadamard
 transform) and flash_attn_func on e4m3 tensors with their scales, on the CPU path;
-the GPU kernel of quantize against the CPU version and the GPU's refusal of FP8
-attention on a Hopper GPU.
+the GPU kernel of quantize against the CPU version, and on a Hopper GPU the FP8
+attention kernel (a build with FA3_GPU_FP8) or its refusal (without).
 """
 
 import pytest
@@ -145,12 +145,36 @@ def test_fake_shapes_under_fp8():
 GPU_SKIP = gpu_skip_reason()
 
 
+NO_GPU_FP8 = GPU_SKIP is None and not fa3.build_info()["gpu_fp8"]
+
+
 @pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+@pytest.mark.skipif(not NO_GPU_FP8, reason="the FP8 kernels are built (FA3_GPU_FP8)")
 def test_gpu_refuses_fp8_attention():
     q, k, v = (t.cuda() for t in inputs(seqlen_q=128, seqlen_k=128))
     qkv8 = fa3.fp8.quantize(q, k, v)
     with pytest.raises(NotImplementedError, match=r"e4m3 \(FP8\) is not supported on the GPU yet"):
         fa3.flash_attn_func(qkv8.q, qkv8.k, qkv8.v, block_scales=qkv8.block_scales)
+
+
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+@pytest.mark.skipif(NO_GPU_FP8, reason="the FP8 kernels are not built (FA3_GPU_FP8)")
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_fp8_attention_meets_the_accuracy_rule(causal):
+    """The FP8 kernel (head dim 128, 128-row block scales) on CUDA tensors: the FP8 rule
+    against the exact attention of the dequantized inputs, as on the CPU path."""
+    q, k, v = inputs(batch=2, seqlen_q=300, seqlen_k=1000)
+    qkv8 = fa3.fp8.quantize(q, k, v, seed=3)
+    out, lse = fa3.flash_attn_func(
+        *(t.cuda() for t in qkv8[:3]),
+        causal=causal,
+        block_scales=tuple(s.cuda() for s in qkv8.block_scales),
+        return_attn_probs=True,
+    )
+    assert out.is_cuda and out.dtype == torch.bfloat16 and out.shape == (2, 300, 4, 128)
+    ref_out, ref_lse = fp8_reference(qkv8, causal=causal)
+    assert relative_error(out.cpu(), ref_out) < 4e-2
+    assert torch.allclose(lse.cpu().double(), ref_lse.double(), atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))

@@ -27,6 +27,21 @@ __device__ __forceinline__ float log2_approx(float x) {
   return y;
 }
 
+// Four fp32 values rounded to e4m3 (round to nearest even, saturating at 448) and
+// packed into one register, x0 in the lowest byte.
+__device__ __forceinline__ std::uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  std::uint32_t r;
+  asm("{\n\t"
+      ".reg .b16 lo, hi;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
+      "mov.b32 %0, {lo, hi};\n\t"
+      "}"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+}
+
 // Waits for the mbarrier phase with the given parity to complete. Unlike CUTLASS's
 // wait it is also a compiler memory barrier, so that shared-memory reads of data the
 // arriving thread wrote before its arrival are not hoisted above it.

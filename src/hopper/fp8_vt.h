@@ -1,0 +1,30 @@
+// fa3 — Vᵀ for the FP8 forward: e4m3 V (batch, seqlen_k, nheads_kv, head_dim_v), any
+// row/head/batch strides, rewritten as (batch, nheads_kv, head_dim_v, vt_keys) with the
+// keys contiguous, since FP8 wgmma reads its B operand K-major only. Inside each group of
+// 16 keys, column k holds key fp8_vt_key(k) (hopper/fp8_layout.h), the order in which
+// P's registers reach the P·V GEMM; keys past seqlen_k, up to vt_keys, are zeros.
+//
+// It is one pass over V (read once, written once) before the attention kernel: for
+// seqlen_q = seqlen_k = L and head dim d that is 2·L·d bytes per head against 4·L²·d
+// FLOPs, under 1 % of the kernel's time from about 1k tokens on; at short sequences the
+// extra launch and pass weigh more.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "hopper/fwd_params.h"
+
+namespace fa3::hopper {
+
+// Keys of Vᵀ per row for seqlen_k (a multiple of kFp8VtKeyAlign).
+int fp8_vt_keys(int seqlen_k);
+
+// Bytes of the Vᵀ buffer of `p` (its batch, nheads_kv, head_dim_v and seqlen_k).
+std::size_t fp8_vt_bytes(const FwdParams& p);
+
+// Writes Vᵀ of p.v into `vt` (fp8_vt_bytes(p) bytes, 16-byte aligned) on `stream`.
+cudaError_t launch_fp8_transpose_v(const FwdParams& p, void* vt, cudaStream_t stream);
+
+}  // namespace fa3::hopper
