@@ -7,15 +7,14 @@ made from a side stream, and, inside a CUDA graph capture (which runs on a side
 stream), a dependency of the legacy default stream on the capturing stream, which
 CUDA refuses (cudaErrorStreamCaptureImplicit). The extension enqueues its work on the
 caller's current stream itself, so no synchronization is wanted: CUDA tensors go over
-as capsules exported with stream=-1, DLPack's "no synchronization".
+as capsules exported with stream=-1, DLPack's "no synchronization". (torch is not
+imported here: fa3 imports without it.)
 """
-
-import torch
 
 
 def _export(x):
-    if isinstance(x, torch.Tensor):
-        return x.__dlpack__(stream=-1) if x.device.type == "cuda" else x
+    if getattr(x, "is_cuda", False) and hasattr(x, "__dlpack__"):
+        return x.__dlpack__(stream=-1)
     if isinstance(x, (list, tuple)):
         return type(x)(_export(e) for e in x)
     return x

@@ -224,6 +224,36 @@ std::int64_t margin_written(const std::vector<std::uint8_t>& bytes, std::int64_t
   return written;
 }
 
+// The bound on each row's LSE error (batch, heads_q, seqlen_q): see run_case.
+std::vector<double> fp8_lse_bounds(const Quantized& q, const Quantized& k, const Shape& s,
+                                   const std::vector<float>& exact_lse) {
+  const std::int64_t d = q.d, group = s.nheads_q / s.nheads_kv;
+  const auto row_norm = [d](const Quantized& t, std::int64_t b, std::int64_t r, std::int64_t h) {
+    double sum = 0;
+    for (std::int64_t e = 0; e < d; ++e) {
+      const double x = t.dequantized[static_cast<std::size_t>(((b * t.seqlen + r) * t.heads + h) * d + e)];
+      sum += x * x;
+    }
+    return std::sqrt(sum);
+  };
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> bound(exact_lse.size());
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    for (std::int64_t hk = 0; hk < s.nheads_kv; ++hk) {
+      double k_max = 0;
+      for (std::int64_t j = 0; j < s.seqlen_k; ++j) k_max = std::max(k_max, row_norm(k, b, j, hk));
+      for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        for (std::int64_t r = 0; r < s.seqlen_q; ++r) {
+          const std::size_t i = static_cast<std::size_t>((b * s.nheads_q + h) * s.seqlen_q + r);
+          const double lse = std::isfinite(exact_lse[i]) ? std::fabs(static_cast<double>(exact_lse[i])) : 0.0;
+          bound[i] = 1e-5 + 1e-6 * lse + std::ldexp(scale * row_norm(q, b, r, h) * k_max, -12);
+        }
+      }
+    }
+  }
+  return bound;
+}
+
 void run_case(const Fp8Case& c, std::uint64_t seed) {
   const Shape& s = c.shape;
   const std::int64_t d = 128, group = s.nheads_q / s.nheads_kv;
@@ -332,15 +362,20 @@ void run_case(const Fp8Case& c, std::uint64_t seed) {
     EXPECT_LE(err, 2 * oracle_err + 1e-3) << "oracle's error " << oracle_err;
     EXPECT_LE(err, 4e-2);
     EXPECT_FALSE(std::isnan(err));
-    // LSE comes from unrounded fp32 sums on both sides: equal up to fp32 rounding of
-    // the scores and the approximate exp2 / log2 (about 1e-5 at these magnitudes).
-    double lse_err = 0;
+    // LSE comes from unrounded sums, but the scores behind it do not: Hopper's FP8 MMA
+    // keeps about 14 bits while it accumulates (the DeepSeek-V3 report measured it), so
+    // a score errs by up to a few units of 2^-14 of sum_i |q_i k_i|, and the LSE, a soft
+    // maximum of the scores, by at most the largest score error. Per row: 2^-12 of
+    // softmax_scale * |q_r| * max_j |k_j| (Cauchy-Schwarz over the head's keys), plus the
+    // fp32 exp2/log2 of the final statistics.
+    const std::vector<double> lse_bound = fp8_lse_bounds(q, k, s, exact_lse);
+    double worst = 0;
     for (std::size_t i = 0; i < gpu.lse.size(); ++i) {
       const float g = gpu.lse[i], r = exact_lse[i];
       const double e = std::isinf(r) && g == r ? 0.0 : std::fabs(static_cast<double>(g) - r);
-      lse_err = std::max(lse_err, std::isnan(e) ? INFINITY : e);
+      worst = std::max(worst, std::isnan(e) ? INFINITY : e / lse_bound[i]);
     }
-    EXPECT_LE(lse_err, 1e-4) << "max |lse - exact lse|";
+    EXPECT_LE(worst, 1.0) << "largest |lse - exact lse| as a fraction of its row's bound";
   }
 }
 
