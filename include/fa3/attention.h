@@ -73,7 +73,7 @@
 // accuracy rule against this oracle, not to bitwise equality. fa3::cpu runs FP8 calls
 // (not varlen). fa3::forward runs them in a build with the FP8 kernels
 // (BuildInfo::gpu_fp8, the FA3_GPU_FP8 option; kNotSupported naming q otherwise): head
-// dims up to 128, plain and causal masks (no window, softcap or chunk), block_rows 128,
+// dims up to 256, plain and causal masks (no window, softcap or chunk), block_rows 128,
 // with block scales finite and > 0 (as fp8::quantize writes them), out bf16 or fp16 as
 // built (FA3_DTYPES). As FP8 wgmma reads V with its keys contiguous, the call first
 // writes V transposed into a buffer it allocates and frees on the stream

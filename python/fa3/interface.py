@@ -91,7 +91,7 @@ def flash_attn_func(
     the keys of its own chunk of C positions, j // C == (i + seqlen_k - seqlen_q) // C.
 
     FP8 (forward only; CUDA tensors in an extension built with FA3_GPU_FP8, head dim up
-    to 128 and 128-row block scales, fa3.build_info()["gpu_fp8"], else they raise
+    to 256 and 128-row block scales, fa3.build_info()["gpu_fp8"], else they raise
     NotImplementedError): q, k, v in torch.float8_e4m3fn give out in bfloat16.
     Their real values are the codes times q/k/v_descale, float32 (batch, nheads_k) as
     in FlashAttention-3 (query head h reads row h // (nheads / nheads_k)), times, with

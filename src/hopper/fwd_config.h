@@ -135,8 +135,10 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int i
   }
   // Two consumer warpgroups that hold O for head dims of 192 and up, or hold O in
   // registers through the epilogue, need 240 each; below that 224 suffice, and the
-  // producer's 56 keep its TMA coordinates out of local memory (24 spill them).
-  const bool wide = head_dim_v >= 192 || o_store == OStore::kRegisters;
+  // producer's 56 keep its TMA coordinates out of local memory (24 spill them). The FP8
+  // kernels' P takes a quarter of S's registers (e4m3, four to a register), and at head
+  // dim 256 (128x64) 224 hold O, S and P: 24 for the producer spilled 20 bytes there.
+  const bool wide = (head_dim_v >= 192 && !fp8) || o_store == OStore::kRegisters;
   const int producer_regs = wgs == 2 ? (wide ? 24 : 56) : 32;
   const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : wgs == 3 ? 160 : 112;
   // Skipping O's rescale saves d/2 multiplies per row per key block but puts a warp

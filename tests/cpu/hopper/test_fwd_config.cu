@@ -4,6 +4,7 @@
 // shared-memory limit fails only at launch on a GPU; these catch it on any machine.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "hopper/fwd_config.h"
@@ -166,6 +167,28 @@ TEST(FwdConfig, SharedMemoryCountsEveryBuffer) {
   EXPECT_EQ(fwd_smem_bytes(128, {128, 128}, 2, 1, false), 160 * kKB + kSmemReserveBytes);
   EXPECT_EQ(fwd_smem_bytes(128, {128, 128}, 2, 2, true), 224 * kKB + kSmemReserveBytes);
   EXPECT_EQ(fwd_smem_bytes(256, {128, 80}, 2, 1, false), 224 * kKB + kSmemReserveBytes);
+}
+
+// The FP8 tiles of src/CMakeLists.txt (e4m3 inputs, 16-bit O): within shared memory and
+// the register file, O through its own buffer with a second Q buffer, Q·Kᵀ from shared
+// memory, the plain online softmax (P's 2^8 shift), and the 56 / 224 split everywhere.
+TEST(FwdConfig, Fp8TilesFitAndKeepTheirRules) {
+  constexpr int kKB = 1024;
+  for (const TileCase& t : std::vector<TileCase>{{64, {128, 128}}, {128, {128, 128}}, {256, {128, 64}}}) {
+    SCOPED_TRACE("hdim " + std::to_string(t.head_dim));
+    const FwdConfig c = fwd_config(t.head_dim, t.head_dim, t.tile, 1);
+    EXPECT_LE(fwd_smem_bytes(t.head_dim, t.head_dim, t.tile, c.stages, c.q_stages, c.o_store == OStore::kOwnBuffer, 1),
+              kSmemLimitBytes);
+    EXPECT_TRUE(c.registers_fit());
+    EXPECT_EQ(c.o_store, OStore::kOwnBuffer);
+    EXPECT_EQ(c.q_stages, 2);
+    EXPECT_FALSE(c.q_registers);
+    EXPECT_FALSE(c.lazy_rescale);
+    EXPECT_EQ(c.producer_regs, 56);
+    EXPECT_EQ(c.consumer_regs, 224);
+  }
+  // hdim 128, 128x128 in e4m3: Q 16 KB per buffer, K and V 16 KB per stage each, O 32 KB.
+  EXPECT_EQ(fwd_smem_bytes(128, 128, {128, 128}, 2, 2, true, 1), 128 * kKB + kSmemReserveBytes);
 }
 
 }  // namespace

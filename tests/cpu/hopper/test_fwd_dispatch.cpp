@@ -179,6 +179,7 @@ TEST(FwdDispatch, HeadDimsRunOnTheNarrowestKernelThatFits) {
       const HeadDims got = fwd_kernel_head_dims(d, dv);
       int narrowest = 0;
       for (const FwdKernelEntry& k : fwd_kernels()) {
+        if (k.dtype == DType::kFloat8E4M3) continue;  // e4m3 calls choose among their own
         if (k.head_dim >= d && k.head_dim_v >= dv && (narrowest == 0 || k.head_dim + k.head_dim_v < narrowest)) {
           narrowest = k.head_dim + k.head_dim_v;
         }
@@ -192,7 +193,7 @@ TEST(FwdDispatch, HeadDimsRunOnTheNarrowestKernelThatFits) {
   }
   for (const FwdKernelEntry& k : fwd_kernels()) {
     if (k.head_dim != k.head_dim_v) continue;
-    const HeadDims same = fwd_kernel_head_dims(k.head_dim, k.head_dim);
+    const HeadDims same = fwd_kernel_head_dims(k.head_dim, k.head_dim, k.dtype == DType::kFloat8E4M3);
     EXPECT_EQ(same.qk, k.head_dim);
     EXPECT_EQ(same.v, k.head_dim);
   }
@@ -213,6 +214,42 @@ TEST(FwdDispatch, HeadDimsRunOnTheNarrowestKernelThatFits) {
     EXPECT_EQ(got.qk, 64);
     EXPECT_EQ(got.v, 256);
   }
+}
+
+// e4m3 calls run the FP8 kernels (FA3_GPU_FP8) of their out dtype, on the narrowest
+// FP8 head dim that fits; 16-bit calls never run an FP8 kernel.
+TEST(FwdDispatch, E4m3CallsRunTheFp8KernelsOfTheirOutDtype) {
+  int fp8_kernels = 0;
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (k.dtype != DType::kFloat8E4M3) continue;
+    ++fp8_kernels;
+    SCOPED_TRACE(testing::Message() << "hdim " << k.head_dim << " out " << dtype_name(k.out_dtype));
+    EXPECT_TRUE(k.out_dtype == DType::kBFloat16 || k.out_dtype == DType::kFloat16);
+    const bool causal = k.mask == MaskKind::kCausal;
+    const std::vector<const FwdKernelEntry*> c =
+        fwd_candidates(problem(k.head_dim, causal, 1000, 1000), DType::kFloat8E4M3, k.out_dtype);
+    ASSERT_FALSE(c.empty());
+    for (const FwdKernelEntry* e : c) {
+      EXPECT_EQ(e->dtype, DType::kFloat8E4M3);
+      EXPECT_EQ(e->out_dtype, k.out_dtype);
+      EXPECT_EQ(e->head_dim, k.head_dim);
+      EXPECT_EQ(e->mask, k.mask);
+    }
+    // A head dim just below runs on this kernel or a narrower FP8 one that fits.
+    const HeadDims below = fwd_kernel_head_dims(k.head_dim - 8, k.head_dim - 8, true);
+    EXPECT_GE(below.qk, k.head_dim - 8);
+    EXPECT_LE(below.qk, k.head_dim);
+  }
+  for (DType dtype : fwd_dtypes()) {
+    EXPECT_NE(dtype, DType::kFloat8E4M3);
+    for (int d : fwd_head_dims()) {
+      for (const FwdKernelEntry* e : fwd_candidates(problem(d, false, 1000, 1000), dtype)) {
+        EXPECT_EQ(e->dtype, dtype);
+        EXPECT_EQ(e->out_dtype, dtype);
+      }
+    }
+  }
+  if (fp8_kernels == 0) GTEST_SKIP() << "no FP8 kernels built (FA3_GPU_FP8)";
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ struct Fp8Case {
   // Keys and values whose magnitude changes from one 128-row block to the next (see
   // GrowingMaxAndChangingVScales).
   bool block_gains = false;
+  std::int64_t head_dim = 128;
 };
 
 // The factor of row s's values under Fp8Case::block_gains: k's last two blocks, which
@@ -89,7 +90,7 @@ struct Quantized {
 // `gains`: 0 none, 1 k's, 2 v's block_gain.
 Quantized quantize(std::mt19937_64& rng, const Fp8Case& c, std::int64_t seqlen, std::int64_t heads, std::int64_t group,
                    int gains = 0) {
-  const std::int64_t d = 128;
+  const std::int64_t d = c.head_dim;
   Quantized t{c.shape.batch, seqlen, heads, d};
   const std::int64_t heads_kv = heads / group;
   std::normal_distribution<float> normal;
@@ -256,7 +257,7 @@ std::vector<double> fp8_lse_bounds(const Quantized& q, const Quantized& k, const
 
 void run_case(const Fp8Case& c, std::uint64_t seed) {
   const Shape& s = c.shape;
-  const std::int64_t d = 128, group = s.nheads_q / s.nheads_kv;
+  const std::int64_t d = c.head_dim, group = s.nheads_q / s.nheads_kv;
   std::mt19937_64 rng(seed);
   const Quantized q = quantize(rng, c, s.seqlen_q, s.nheads_q, group);
   const Quantized k = quantize(rng, c, s.seqlen_k, s.nheads_kv, 1, c.block_gains ? 1 : 0);
@@ -379,21 +380,50 @@ void run_case(const Fp8Case& c, std::uint64_t seed) {
   }
 }
 
+// The head dims of the FP8 kernels built with an O of `out_dtype`.
+std::vector<std::int64_t> built_head_dims(DType out_dtype) {
+  std::vector<std::int64_t> dims;
+  if (!hopper::fwd_fp8_enabled()) return dims;
+  for (const hopper::FwdKernelEntry& k : hopper::fwd_kernels()) {
+    if (k.dtype == DType::kFloat8E4M3 && k.out_dtype == out_dtype &&
+        std::find(dims.begin(), dims.end(), k.head_dim) == dims.end()) {
+      dims.push_back(k.head_dim);
+    }
+  }
+  return dims;
+}
+
+// Per built head dim: the shape list, causal and not, block scales with descales,
+// outliers every other case. At the first: lengths that end inside a 16-key group and
+// a block, and long rows, with each kind of scaling; and head dims between the built
+// ones, which run on the next one up (its extra columns read as zeros).
 std::vector<Fp8Case> cases() {
   std::vector<Fp8Case> all;
   const DType out = DType::kBFloat16;
-  // The shape list, causal and not, block scales with descales; outliers every other.
+  const std::vector<std::int64_t> dims = built_head_dims(out);
+  if (dims.empty()) return all;
   int i = 0;
-  for (const Shape& s : accuracy_shapes()) {
-    for (bool causal : {false, true}) all.push_back({s, causal, Scaling::kBlocksAndDescales, i++ % 2 == 0, out});
+  for (const std::int64_t d : dims) {
+    for (const Shape& s : accuracy_shapes()) {
+      for (bool causal : {false, true}) {
+        all.push_back({s, causal, Scaling::kBlocksAndDescales, i++ % 2 == 0, out, false, d});
+      }
+    }
   }
-  // Lengths that end inside a 16-key group and a block, and long rows.
   const Shape extra[] = {{2, 1000, 1000, 8, 2}, {1, 2055, 2055, 4, 1}, {1, 113, 2055, 2, 2}, {3, 1, 1000, 8, 8}};
   for (const Shape& s : extra) {
     for (bool causal : {false, true}) {
       for (Scaling scaling :
-           {Scaling::kBlocksAndDescales, Scaling::kBlocksOnly, Scaling::kDescalesOnly, Scaling::kNone})
-        all.push_back({s, causal, scaling, true, out});
+           {Scaling::kBlocksAndDescales, Scaling::kBlocksOnly, Scaling::kDescalesOnly, Scaling::kNone}) {
+        all.push_back({s, causal, scaling, true, out, false, dims.front()});
+      }
+    }
+  }
+  const std::int64_t widest = *std::max_element(dims.begin(), dims.end());
+  for (const std::int64_t d : {48, 96, 160}) {
+    if (d > widest || std::find(dims.begin(), dims.end(), d) != dims.end()) continue;
+    for (bool causal : {false, true}) {
+      all.push_back({{2, 239, 799, 8, 2}, causal, Scaling::kBlocksAndDescales, true, out, false, d});
     }
   }
   return all;
@@ -401,23 +431,22 @@ std::vector<Fp8Case> cases() {
 
 std::string name(const Fp8Case& c) {
   const Shape& s = c.shape;
-  return "batch " + std::to_string(s.batch) + " sq " + std::to_string(s.seqlen_q) + " sk " +
-         std::to_string(s.seqlen_k) + " heads " + std::to_string(s.nheads_q) + ":" + std::to_string(s.nheads_kv) +
-         (c.causal ? " causal" : "") + " scales " + scaling_name(c.scaling) + (c.outliers ? " outliers" : "") +
-         " out " + dtype_name(c.out_dtype);
+  return "hdim " + std::to_string(c.head_dim) + " batch " + std::to_string(s.batch) + " sq " +
+         std::to_string(s.seqlen_q) + " sk " + std::to_string(s.seqlen_k) + " heads " + std::to_string(s.nheads_q) +
+         ":" + std::to_string(s.nheads_kv) + (c.causal ? " causal" : "") + " scales " + scaling_name(c.scaling) +
+         (c.outliers ? " outliers" : "") + " out " + dtype_name(c.out_dtype);
 }
 
 // Whether this build runs e4m3 calls with out in `dtype` at head dim 128.
 bool built(DType out_dtype) {
-  if (!hopper::fwd_fp8_enabled()) return false;
-  return std::any_of(hopper::fwd_kernels().begin(), hopper::fwd_kernels().end(), [&](const hopper::FwdKernelEntry& k) {
-    return k.dtype == DType::kFloat8E4M3 && k.out_dtype == out_dtype && k.head_dim == 128;
-  });
+  const std::vector<std::int64_t> dims = built_head_dims(out_dtype);
+  return std::find(dims.begin(), dims.end(), 128) != dims.end();
 }
 
 TEST(Fp8ForwardKernel, MatchesTheCpuPathOverTheShapeList) {
   FA3_REQUIRE_HOPPER();
-  if (!built(DType::kBFloat16)) GTEST_SKIP() << "no FP8 kernel with bf16 out at head dim 128 (FA3_GPU_FP8, FA3_DTYPES)";
+  if (built_head_dims(DType::kBFloat16).empty())
+    GTEST_SKIP() << "no FP8 kernel with bf16 out (FA3_GPU_FP8, FA3_DTYPES)";
   std::uint64_t seed = 1;
   for (const Fp8Case& c : cases()) {
     SCOPED_TRACE(name(c));
