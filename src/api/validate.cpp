@@ -283,26 +283,6 @@ Status check_options(const AttentionOptions& o, const ValidationTarget& target, 
   return Status::ok();
 }
 
-// The caller's scratch memory for the device backward (BackwardArgs::workspace).
-Status check_workspace(const BackwardArgs& a, const ValidationTarget& target, std::size_t needed) {
-  if (a.workspace == nullptr) {
-    return invalid(cat("workspace: data pointer is null; this call needs ", static_cast<std::int64_t>(needed),
-                       " bytes (fa3::backward_workspace_size)"));
-  }
-  if (a.workspace_bytes < needed) {
-    return invalid(cat("workspace: ", static_cast<std::int64_t>(a.workspace_bytes), " bytes given, ",
-                       static_cast<std::int64_t>(needed), " needed (fa3::backward_workspace_size)"));
-  }
-  if (reinterpret_cast<std::uintptr_t>(a.workspace) % 256 != 0) {
-    return invalid("workspace: data pointer is not 256-byte aligned");
-  }
-  if (target.locate) {
-    const std::string where = target.locate(a.workspace);
-    if (!where.empty()) return invalid("workspace: pointer is " + where + ", not memory of the current CUDA device");
-  }
-  return Status::ok();
-}
-
 // The roles of a call's tensors: padded, or packed for a varlen call.
 struct CallLayout {
   bool varlen;
@@ -381,6 +361,30 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   return Status::ok();
 }
 
+// The caller's scratch memory of a device call: `needed` bytes (0: none, and a null
+// pointer is fine), 256-byte aligned, on the current device. `size_query` names the
+// function that tells the caller the size.
+Status check_caller_workspace(const void* workspace, std::size_t bytes, std::size_t needed, const char* size_query,
+                              const ValidationTarget& target) {
+  if (needed > 0 && workspace == nullptr) {
+    return invalid(cat("workspace: data pointer is null; this call needs ", static_cast<std::int64_t>(needed),
+                       " bytes (", size_query, ")"));
+  }
+  if (bytes < needed) {
+    return invalid(cat("workspace: ", static_cast<std::int64_t>(bytes), " bytes given, ",
+                       static_cast<std::int64_t>(needed), " needed (", size_query, ")"));
+  }
+  if (workspace == nullptr) return Status::ok();
+  if (reinterpret_cast<std::uintptr_t>(workspace) % 256 != 0) {
+    return invalid("workspace: data pointer is not 256-byte aligned");
+  }
+  if (target.locate) {
+    const std::string where = target.locate(workspace);
+    if (!where.empty()) return invalid("workspace: pointer is " + where + ", not memory of the current CUDA device");
+  }
+  return Status::ok();
+}
+
 Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, Problem* problem) {
   const bool device = target.space == ValidationTarget::Space::kDevice;
   const bool has_sinks = a.sinks.data != nullptr;
@@ -437,7 +441,8 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
   if (layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_supported(target));
   p.has_sinks = has_sinks;
   if (device && target.backward_workspace) {
-    FA3_RETURN_IF_ERROR(check_workspace(a, target, target.backward_workspace(p, a.deterministic)));
+    FA3_RETURN_IF_ERROR(check_caller_workspace(a.workspace, a.workspace_bytes, target.backward_workspace(p, a.deterministic),
+                                               "fa3::backward_workspace_size", target));
   }
   *problem = p;
   return Status::ok();

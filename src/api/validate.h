@@ -62,6 +62,11 @@ struct ValidationTarget {
 std::string locate_device_pointer(const void* ptr);
 
 // The target of fa3::forward: the compiled kernels, on the current device.
+// The caller's scratch memory of a device call (BackwardArgs::workspace,
+// KvCacheArgs::workspace): `needed` bytes, 256-byte aligned, on the current device.
+Status check_caller_workspace(const void* workspace, std::size_t bytes, std::size_t needed, const char* size_query,
+                              const ValidationTarget& target);
+
 ValidationTarget gpu_target();
 // The target of fa3::backward: the compiled backward kernels and their workspace.
 ValidationTarget gpu_backward_target();

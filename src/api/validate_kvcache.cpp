@@ -208,27 +208,6 @@ Status check_values(const KvCacheArgs& a, const KvCacheProblem& kp) {
   return Status::ok();
 }
 
-// The caller's scratch memory for the device call (KvCacheArgs::workspace). A call that
-// needs none (one split, no rotary embedding) takes a null one.
-Status check_workspace(const KvCacheArgs& a, const ValidationTarget& target, std::size_t needed) {
-  if (needed > 0 && a.workspace == nullptr) {
-    return invalid(cat("workspace: data pointer is null; this call needs ", static_cast<std::int64_t>(needed),
-                       " bytes (fa3::kvcache_workspace_size)"));
-  }
-  if (a.workspace_bytes < needed) {
-    return invalid(cat("workspace: ", static_cast<std::int64_t>(a.workspace_bytes), " bytes given, ",
-                       static_cast<std::int64_t>(needed), " needed (fa3::kvcache_workspace_size)"));
-  }
-  if (a.workspace == nullptr) return Status::ok();
-  if (reinterpret_cast<std::uintptr_t>(a.workspace) % 256 != 0) {
-    return invalid("workspace: data pointer is not 256-byte aligned");
-  }
-  if (target.locate) {
-    const std::string where = target.locate(a.workspace);
-    if (!where.empty()) return invalid("workspace: pointer is " + where + ", not memory of the current CUDA device");
-  }
-  return Status::ok();
-}
 
 }  // namespace
 
@@ -275,7 +254,9 @@ Status validate_kvcache(const KvCacheArgs& a, const ValidationTarget& target, Kv
     if (target.kvcache_workspace) {
       std::size_t needed = 0;
       FA3_RETURN_IF_ERROR(target.kvcache_workspace(kp, a.q.dtype, a.num_splits, &needed));
-      FA3_RETURN_IF_ERROR(check_workspace(a, target, needed));
+      // A call that needs none (one split, no rotary embedding) takes a null workspace.
+      FA3_RETURN_IF_ERROR(
+          check_caller_workspace(a.workspace, a.workspace_bytes, needed, "fa3::kvcache_workspace_size", target));
     }
     *problem = kp;
     return Status::ok();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "hopper/convert.cuh"
 #include "hopper/kvcache_kernel.cuh"
 #include "common/status_macros.h"
 #include "hopper/launch_util.h"
@@ -13,19 +14,6 @@ namespace fa3::hopper {
 namespace {
 
 constexpr int kAppendThreads = 256;
-
-__device__ inline float to_float(__half x) { return __half2float(x); }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T>
-__device__ T from_float(float x);
-template <>
-__device__ inline __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // Column d of a row after the rotary embedding at table row `pos`: a pair rotated by
 // angle pos, as (x[2i], x[2i + 1]) when interleaved or (x[i], x[i + rotary_dim / 2]),

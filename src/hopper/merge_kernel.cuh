@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "hopper/convert.cuh"
 #include "hopper/merge_params.h"
 
 namespace fa3::hopper {
@@ -26,25 +27,6 @@ constexpr int kMergeThreads = 128;
 constexpr int kMergeChunks = 4;
 
 namespace merge_detail {
-
-__device__ inline float to_float(float x) { return x; }
-__device__ inline float to_float(__half x) { return __half2float(x); }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ T from_float(float x);
-template <>
-__device__ inline float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ inline __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // N values moved as one access: 16 bytes of fp32 or 16-bit values, or one value.
 template <class T, int N>
