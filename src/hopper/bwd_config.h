@@ -13,6 +13,8 @@
 // (dkv_swap) and P and dS go through shared memory.
 #pragma once
 
+#include "hopper/fwd_config.h"
+
 namespace fa3::hopper {
 
 struct BwdConfig {
@@ -31,6 +33,7 @@ struct BwdConfig {
   int dq_slices;      // dQ's GEMM issued and staged in this many row blocks, each summed before the next
   int producer_regs;  // setmaxnreg for the producer warpgroup
   int consumer_regs;  // setmaxnreg for each consumer warpgroup
+  bool varlen = false;  // carries the varlen paths (bwd_carries_varlen); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   constexpr int consumer_threads() const { return 128 * consumer_wgs; }
@@ -73,5 +76,12 @@ constexpr BwdConfig bwd_config(int head_dim) {
     default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240};
   }
 }
+
+// Whether the backward kernels of head dim `head_dim` carry the varlen paths (in a build
+// with FA3_GPU_VARLEN, kVarlenKernels). Only head dim 128's, whose resource report was
+// checked with them (docs/perf-log.md): the others run at their register limits too and
+// have not been; varlen calls of their head dims are refused (bwd_dispatch.cpp).
+constexpr bool bwd_family_carries_varlen(int head_dim) { return head_dim == 128; }
+constexpr bool bwd_carries_varlen(int head_dim) { return kVarlenKernels && bwd_family_carries_varlen(head_dim); }
 
 }  // namespace fa3::hopper
