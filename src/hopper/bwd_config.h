@@ -77,11 +77,18 @@ constexpr BwdConfig bwd_config(int head_dim) {
   }
 }
 
-// Whether the backward kernels of head dim `head_dim` carry the varlen paths (in a build
-// with FA3_GPU_VARLEN, kVarlenKernels). Only head dim 128's, whose resource report was
-// checked with them (docs/perf-log.md): the others run at their register limits too and
-// have not been; varlen calls of their head dims are refused (bwd_dispatch.cpp).
-constexpr bool bwd_family_carries_varlen(int head_dim) { return head_dim == 128; }
-constexpr bool bwd_carries_varlen(int head_dim) { return kVarlenKernels && bwd_family_carries_varlen(head_dim); }
+// Whether the backward kernels of head dim `head_dim` and one mask family carry the
+// varlen paths (in a build with FA3_GPU_VARLEN, kVarlenKernels). The plain and causal
+// kernels run at their register limit (a 24-register producer beside two consumer
+// warpgroups at 240), and the varlen paths made them spill more: at head dim 128, 68
+// bytes of spill stores where the plain kernel spills 40 (the producer's sequence bounds
+// and tile skipping 20 of them, the consumers' clearing of rows past a sequence's end 8).
+// So only the general kernel carries them, and varlen calls of every mask run on it
+// (bwd_dispatch.cpp), at head dim 128, the one whose resource report was checked with
+// them (docs/perf-log.md); varlen calls of other head dims are refused.
+constexpr bool bwd_family_carries_varlen(int head_dim, bool general_mask) { return general_mask && head_dim == 128; }
+constexpr bool bwd_carries_varlen(int head_dim, bool general_mask) {
+  return kVarlenKernels && bwd_family_carries_varlen(head_dim, general_mask);
+}
 
 }  // namespace fa3::hopper

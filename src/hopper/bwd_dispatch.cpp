@@ -64,7 +64,13 @@ BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
 
 bool bwd_varlen_enabled() { return kVarlenKernels; }
 
-bool bwd_runs_varlen(int head_dim) { return bwd_carries_varlen(head_dim); }
+bool bwd_runs_varlen(int head_dim) { return bwd_carries_varlen(head_dim, true); }
+
+MaskKind bwd_mask_kind(const Problem& p, int head_dim) {
+  const MaskKind kind = mask_kind(p);
+  if (p.varlen && !bwd_family_carries_varlen(head_dim, kind == MaskKind::kGeneral)) return MaskKind::kGeneral;
+  return kind;
+}
 
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) {
   BwdParams b;
@@ -141,8 +147,8 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
 }
 
 Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
-  const MaskKind mask = mask_kind(p);
   const int head_dim = bwd_problem_head_dim(p);
+  const MaskKind mask = bwd_mask_kind(p, head_dim);
   if (p.varlen && !bwd_runs_varlen(head_dim)) {
     return {StatusCode::kNotSupported, "cu_seqlens_q: varlen backward calls run on the GPU at head dim 128 only; this "
                                        "call's kernel head dim is " +

@@ -94,7 +94,7 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using namespace cute;
   constexpr BwdConfig kCfg = [] {
     BwdConfig c = bwd_config(kHeadDim);
-    c.varlen = bwd_carries_varlen(kHeadDim);
+    c.varlen = bwd_carries_varlen(kHeadDim, Mask::kGeneral);
     return c;
   }();
   using Traits = BwdTraits<Element, kHeadDim, kCfg>;

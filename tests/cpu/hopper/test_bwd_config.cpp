@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "api/problem.h"
 #include "hopper/bwd_config.h"
+#include "hopper/bwd_dispatch.h"
 #include "hopper/bwd_workspace.h"
 
 namespace fa3::hopper {
@@ -126,6 +128,30 @@ TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
     EXPECT_GE(w.dv_accum - w.dk_accum, static_cast<std::size_t>(8 * w.k_blocks * block * 128) * 4);
     EXPECT_GE(w.dkv_semaphore - w.dq_semaphore, static_cast<std::size_t>(8 * w.q_blocks) * 4);
     EXPECT_GE(w.tile_counter - w.dkv_semaphore, static_cast<std::size_t>(8 * w.k_blocks) * 4);
+  }
+}
+
+// A varlen backward call runs on the general kernel, the one family that carries the
+// varlen paths (head dim 128), whatever its mask; a fixed-length call on its own family.
+TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernel) {
+  for (int d : kHeadDims) {
+    EXPECT_FALSE(bwd_family_carries_varlen(d, false)) << d;
+    EXPECT_EQ(bwd_family_carries_varlen(d, true), d == 128) << d;
+    EXPECT_EQ(bwd_runs_varlen(d), bwd_varlen_enabled() && d == 128) << d;
+  }
+  for (bool causal : {false, true}) {
+    Problem p;
+    p.batch = 2;
+    p.seqlen_q = p.seqlen_k = 1000;
+    p.nheads_q = p.nheads_kv = 4;
+    p.head_dim = p.head_dim_v = 128;
+    p.softmax_scale = 0.1f;
+    p.causal = causal;
+    p.window_right = causal ? 0 : -1;
+    const MaskKind own = causal ? MaskKind::kCausal : MaskKind::kPlain;
+    EXPECT_EQ(bwd_mask_kind(p, 128), own);
+    p.varlen = true;
+    EXPECT_EQ(bwd_mask_kind(p, 128), MaskKind::kGeneral);
   }
 }
 
