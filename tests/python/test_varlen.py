@@ -324,9 +324,9 @@ def poisoned_dout(like, cu_q, used_q, seed):
     return dout.to(like.device)
 
 
-def check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, sinks=None, seed=0):
-    """flash_attn_varlen_func's gradients on CUDA tensors against the reference on each
-    sequence alone, by the backward rule; rows of no sequence must get exactly 0."""
+def cuda_backward(dtype, heads, seqused, options, deterministic, sinks, seed):
+    """flash_attn_varlen_func's forward and backward on a poisoned CUDA batch: the inputs
+    (q, k, v, dout, index tensors) and the gradients (dq, dk, dv, and dsinks with sinks)."""
     q, k, v, cu_q, cu_k, used_q, used_k = poisoned_gpu_batch(dtype, GPU_VARLEN_BWD_HEAD_DIM, heads, seqused, seed)
     used = {"seqused_q": used_q, "seqused_k": used_k} if seqused else {}
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
@@ -336,13 +336,21 @@ def check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, sin
     dout = poisoned_dout(out, cu_q, used_q, seed + 1)
     out.backward(dout)
     got = [t.grad for t in leaves] + ([sinks_leaf.grad] if sinks is not None else [])
-    cpu = [t.cpu() for t in (q, k, v, dout, cu_q, cu_k, used_q, used_k)]
+    return (q, k, v, dout, cu_q, cu_k, used_q, used_k), got
+
+
+def check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, sinks=None, seed=0):
+    """The gradients of cuda_backward against the reference on each sequence alone, by
+    the backward rule; rows of no sequence must get exactly 0."""
+    inputs, got = cuda_backward(dtype, heads, seqused, options, deterministic, sinks, seed)
+    cpu = [t.cpu() for t in inputs]
     cpu_sinks = sinks.cpu() if sinks is not None else None
     ref = packed_reference_grads(*cpu, dtype=torch.float32, sinks=cpu_sinks, **mask)
     low = packed_reference_grads(*cpu, dtype=dtype, sinks=cpu_sinks, **mask)
     for name, g, r, lo in zip(("dq", "dk", "dv", "dsinks"), got, ref, low):
         assert g.shape == r.shape, name
         check_close(name, g.cpu().float(), r.float(), lo.float(), factor=3.0)
+    _, _, _, _, cu_q, cu_k, used_q, used_k = cpu
     for g, cu, used_rows in ((got[0], cu_q, used_q), (got[1], cu_k, used_k), (got[2], cu_k, used_k)):
         g = g.cpu()
         for b in range(len(used_rows)):
@@ -368,7 +376,7 @@ def test_cuda_backward_with_sinks_and_deterministic_repeats_bitwise():
     options, mask = GPU_OPTIONS[1]
     first = check_cuda_backward(dtype, (8, 2), True, options, mask, True, sinks=sinks, seed=13)
     for _ in range(20):
-        again = check_cuda_backward(dtype, (8, 2), True, options, mask, True, sinks=sinks, seed=13)
+        _, again = cuda_backward(dtype, (8, 2), True, options, True, sinks, seed=13)
         assert all(torch.equal(a, b) for a, b in zip(again, first))
 
 
