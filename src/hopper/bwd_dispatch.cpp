@@ -58,7 +58,8 @@ BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
   // The accumulators hold the kernel's head dim: its blocks are the MMA's tiles.
   const int head_dim = bwd_problem_head_dim(p);
   const BwdConfig cfg = bwd_config(head_dim);
-  const BwdShape shape{p.batch, p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv, head_dim, p.varlen, p.total_q, p.total_k};
+  const BwdShape shape{p.batch,  p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv,
+                       head_dim, p.varlen,   p.total_q,  p.total_k};
   return bwd_workspace_layout(shape, cfg.block_m, cfg.block_n, deterministic);
 }
 

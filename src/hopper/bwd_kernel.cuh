@@ -202,7 +202,9 @@ struct BwdKernel {
     int t = scheduler.first();
     // Only the leader draws tiles (skip_empty may draw several); the others learn the
     // leader's from the broadcast.
-    if constexpr (kVarlen) t = __shfl_sync(0xffffffffu, leader ? skip_empty(params, scheduler, n_blocks, t, counter) : 0, 0);
+    if constexpr (kVarlen) {
+      t = __shfl_sync(0xffffffffu, leader ? skip_empty(params, scheduler, n_blocks, t, counter) : 0, 0);
+    }
     for (;;) {
       const bool valid = scheduler.valid(t);
       int next = 0;

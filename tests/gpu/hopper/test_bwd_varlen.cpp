@@ -128,7 +128,9 @@ struct PackedBatch {
     fwd.varlen = varlen;
     if (with_sinks) {
       std::vector<float> host(static_cast<std::size_t>(heads_q));
-      for (std::int64_t h = 0; h < heads_q; ++h) host[static_cast<std::size_t>(h)] = 0.25f * static_cast<float>(h) - 1.f;
+      for (std::int64_t h = 0; h < heads_q; ++h) {
+        host[static_cast<std::size_t>(h)] = 0.25f * static_cast<float>(h) - 1.f;
+      }
       sinks = DeviceBuffer(host.size() * sizeof(float));
       EXPECT_EQ(cudaMemcpy(sinks.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
       fwd.sinks = TensorView::contiguous(sinks.get(), DType::kFloat32, {heads_q});
@@ -180,7 +182,9 @@ struct PackedBatch {
   DeviceBuffer rows(std::int64_t total, std::int64_t heads) const {
     return DeviceBuffer(static_cast<std::size_t>(total * heads * d + kMargin) * dtype_size(dtype));
   }
-  std::int64_t elements(const DeviceBuffer& b) const { return static_cast<std::int64_t>(b.bytes() / dtype_size(dtype)); }
+  std::int64_t elements(const DeviceBuffer& b) const {
+    return static_cast<std::int64_t>(b.bytes() / dtype_size(dtype));
+  }
   TensorView view(const DeviceBuffer& b, std::int64_t total, std::int64_t heads) const {
     return TensorView::contiguous(b.get(), dtype, {total, heads, d});
   }
@@ -298,7 +302,8 @@ void check_batch(const PackedBatch& b) {
           double dd = 0;
           const std::size_t at = static_cast<std::size_t>((row * b.heads_q + h) * b.d);
           for (std::int64_t e = 0; e < b.d; ++e) dd += static_cast<double>(out[at + e]) * dout[at + e];
-          dsinks_own[static_cast<std::size_t>(h)] -= std::exp(sink - lse[static_cast<std::size_t>(h * s.q_used + row)]) * dd;
+          const double row_lse = lse[static_cast<std::size_t>(h * s.q_used + row)];
+          dsinks_own[static_cast<std::size_t>(h)] -= std::exp(sink - row_lse) * dd;
         }
       }
     }
