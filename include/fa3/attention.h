@@ -44,7 +44,9 @@
 // -inf (its sink's logit, with sinks). fa3::cpu runs varlen calls. fa3::forward runs them
 // in a build with the GPU varlen forward (BuildInfo::gpu_varlen, the FA3_GPU_VARLEN
 // option) and refuses them otherwise (kNotSupported, naming cu_seqlens_q); fa3::backward
-// refuses them for now.
+// likewise, on the general kernel of head dim 128 whatever the mask (a varlen call of
+// another head dim is refused with kNotSupported naming cu_seqlens_q, also in a build
+// with the option).
 //
 // What is checked where: fa3::cpu reads the index tensors and checks every rule on their
 // values (offsets from 0, non-decreasing, within the totals; seqused within each

@@ -4,8 +4,9 @@ fa3::varlen_bwd, the packed-layout twins of fa3::fwd and fa3::bwd (_torch_ops).
 q, k, v are (total, nheads, headdim), out (total_q, nheads, headdim_v) and lse
 (nheads, total_q); cu_seqlens_q / cu_seqlens_k (int32, batch + 1) and the optional
 seqused_q / seqused_k (int32, batch) say which rows form each sequence. The CPU path
-runs both; on CUDA tensors the forward runs on the GPU kernels (where the build has them
-switched on) and the backward raises NotImplementedError. The fake implementations give
+runs both; on CUDA tensors both run on the GPU kernels where the build has them switched
+on (FA3_GPU_VARLEN; the backward at head dim 128), and the extension refuses them
+otherwise. The fake implementations give
 shapes anywhere, so that flash_attn_varlen_func traces under torch.compile.
 """
 
@@ -16,7 +17,7 @@ from torch import Tensor
 
 from . import _C
 from ._handoff import call
-from ._torch_ops import _detached, _dsinks_like, _out_dtype, _placement, _run_forward
+from ._torch_ops import _backward_workspace, _detached, _dsinks_like, _out_dtype, _placement, _run_forward
 
 
 def _varlen_outputs(q, v):
@@ -108,29 +109,20 @@ def varlen_backward(
     (0 elements) when sinks is None. Rows of no sequence get zero gradients."""
     dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
     dsinks = _dsinks_like(q, sinks)
-    call(
-        _C.backward,
-        dout.detach(),
-        q.detach(),
-        k.detach(),
-        v.detach(),
-        out.detach(),
-        lse.detach(),
-        dq,
-        dk,
-        dv,
-        sinks=_detached(sinks),
-        dsinks=dsinks if sinks is not None else None,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        deterministic=deterministic,
-        attention_chunk=attention_chunk,
+    tensors = (dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dq, dk, dv)
+    options = {
+        "sinks": _detached(sinks),
+        "dsinks": dsinks if sinks is not None else None,
+        "softmax_scale": softmax_scale,
+        "causal": causal,
+        "window_left": window_left,
+        "window_right": window_right,
+        "softcap": softcap,
+        "deterministic": deterministic,
+        "attention_chunk": attention_chunk,
         **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
-        **_placement(q),
-    )
+    }
+    call(_C.backward, *tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
     return dq, dk, dv, dsinks
 
 
@@ -151,11 +143,6 @@ def _setup_context(ctx, inputs, output):
 
 def _varlen_forward_grad(ctx, dout, _dlse):
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, sinks, out, lse = ctx.saved_tensors
-    if q.device.type == "cuda":
-        raise NotImplementedError(
-            "flash_attn_varlen_func: the backward of variable-length batches is not implemented on the GPU yet "
-            "(the forward runs there); run on CPU tensors for gradients"
-        )
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     dq, dk, dv, dsinks = varlen_backward(

@@ -246,12 +246,13 @@ def flash_attn_varlen_func(
     is True, softmax_lse being (nheads, total_q) in float32. Differentiable in q, k, v and
     sinks.
 
-    Runs on CPU tensors (fa3's CPU path) and, forward only, on CUDA tensors where the
-    extension was built with the GPU varlen forward (FA3_GPU_VARLEN; otherwise CUDA tensors
-    raise NotImplementedError naming cu_seqlens_q). The index tensors then stay on the GPU
-    and are not checked there: their values (offsets, lengths, max_seqlen at least the
-    longest sequence) are the caller's contract, as in FlashAttention-3. The backward on
-    CUDA tensors raises NotImplementedError. Not supported either (NotImplementedError):
+    Runs on CPU tensors (fa3's CPU path) and on CUDA tensors where the extension was built
+    with the GPU varlen paths (FA3_GPU_VARLEN; otherwise CUDA tensors raise
+    NotImplementedError naming cu_seqlens_q), the backward at head dim 128 only (other head
+    dims raise NotImplementedError naming cu_seqlens_q). The index tensors then stay on the
+    GPU and are not checked there: their values (offsets, lengths, max_seqlen at least the
+    longest sequence) are the caller's contract, as in FlashAttention-3. Not supported
+    either (NotImplementedError):
     qv, q/k/v_descale, num_splits > 1, pack_gqa=True, sm_margin != 0.
     """
     _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin)

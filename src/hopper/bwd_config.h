@@ -13,6 +13,8 @@
 // (dkv_swap) and P and dS go through shared memory.
 #pragma once
 
+#include "hopper/fwd_config.h"
+
 namespace fa3::hopper {
 
 struct BwdConfig {
@@ -31,6 +33,7 @@ struct BwdConfig {
   int dq_slices;      // dQ's GEMM issued and staged in this many row blocks, each summed before the next
   int producer_regs;  // setmaxnreg for the producer warpgroup
   int consumer_regs;  // setmaxnreg for each consumer warpgroup
+  bool varlen = false;  // carries the varlen paths (bwd_carries_varlen); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   constexpr int consumer_threads() const { return 128 * consumer_wgs; }
@@ -72,6 +75,20 @@ constexpr BwdConfig bwd_config(int head_dim) {
     // dQ goes in two halves of the head dim, 32 registers each.
     default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240};
   }
+}
+
+// Whether the backward kernels of head dim `head_dim` and one mask family carry the
+// varlen paths (in a build with FA3_GPU_VARLEN, kVarlenKernels). The plain and causal
+// kernels run at their register limit (a 24-register producer beside two consumer
+// warpgroups at 240), and the varlen paths made them spill more: at head dim 128, 68
+// bytes of spill stores where the plain kernel spills 40 (the producer's sequence bounds
+// and tile skipping 20 of them, the consumers' clearing of rows past a sequence's end 8).
+// So only the general kernel carries them, and varlen calls of every mask run on it
+// (bwd_dispatch.cpp), at head dim 128, the one whose resource report was checked with
+// them (docs/perf-log.md); varlen calls of other head dims are refused.
+constexpr bool bwd_family_carries_varlen(int head_dim, bool general_mask) { return general_mask && head_dim == 128; }
+constexpr bool bwd_carries_varlen(int head_dim, bool general_mask) {
+  return kVarlenKernels && bwd_family_carries_varlen(head_dim, general_mask);
 }
 
 }  // namespace fa3::hopper

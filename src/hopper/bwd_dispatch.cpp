@@ -5,6 +5,7 @@
 #include <string>
 
 #include "hopper/bwd_config.h"
+#include "hopper/varlen_rows.h"
 
 namespace fa3::hopper {
 
@@ -57,8 +58,19 @@ BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
   // The accumulators hold the kernel's head dim: its blocks are the MMA's tiles.
   const int head_dim = bwd_problem_head_dim(p);
   const BwdConfig cfg = bwd_config(head_dim);
-  const BwdShape shape{p.batch, p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv, head_dim};
+  const BwdShape shape{p.batch,  p.seqlen_q, p.seqlen_k, p.nheads_q, p.nheads_kv,
+                       head_dim, p.varlen,   p.total_q,  p.total_k};
   return bwd_workspace_layout(shape, cfg.block_m, cfg.block_n, deterministic);
+}
+
+bool bwd_varlen_enabled() { return kVarlenKernels; }
+
+bool bwd_runs_varlen(int head_dim) { return bwd_carries_varlen(head_dim, true); }
+
+MaskKind bwd_mask_kind(const Problem& p, int head_dim) {
+  const MaskKind kind = mask_kind(p);
+  if (p.varlen && !bwd_family_carries_varlen(head_dim, kind == MaskKind::kGeneral)) return MaskKind::kGeneral;
+  return kind;
 }
 
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) {
@@ -81,17 +93,42 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
     *row = t.stride[1];
     *head = t.stride[2];
   };
-  strides(a.q, &b.q_batch_stride, &b.q_row_stride, &b.q_head_stride);
-  strides(a.k, &b.k_batch_stride, &b.k_row_stride, &b.k_head_stride);
-  strides(a.v, &b.v_batch_stride, &b.v_row_stride, &b.v_head_stride);
-  strides(a.out, &b.o_batch_stride, &b.o_row_stride, &b.o_head_stride);
-  strides(a.dout, &b.do_batch_stride, &b.do_row_stride, &b.do_head_stride);
-  strides(a.dq, &b.dq_batch_stride, &b.dq_row_stride, &b.dq_head_stride);
-  strides(a.dk, &b.dk_batch_stride, &b.dk_row_stride, &b.dk_head_stride);
-  strides(a.dv, &b.dv_batch_stride, &b.dv_row_stride, &b.dv_head_stride);
-  b.lse_batch_stride = a.lse.stride[0];
-  b.lse_head_stride = a.lse.stride[1];
-  b.lse_row_stride = a.lse.stride[2];
+  // A varlen call's packed tensors: (total, nheads, dim) and lse (nheads, total), no batch
+  // stride (the kernels see one batch entry of all the rows).
+  const auto packed_strides = [](const TensorView& t, std::int64_t* batch, std::int64_t* row, std::int64_t* head) {
+    *batch = 0;
+    *row = t.stride[0];
+    *head = t.stride[1];
+  };
+  const auto set = [&](const TensorView& t, std::int64_t* batch, std::int64_t* row, std::int64_t* head) {
+    if (p.varlen) {
+      packed_strides(t, batch, row, head);
+    } else {
+      strides(t, batch, row, head);
+    }
+  };
+  set(a.q, &b.q_batch_stride, &b.q_row_stride, &b.q_head_stride);
+  set(a.k, &b.k_batch_stride, &b.k_row_stride, &b.k_head_stride);
+  set(a.v, &b.v_batch_stride, &b.v_row_stride, &b.v_head_stride);
+  set(a.out, &b.o_batch_stride, &b.o_row_stride, &b.o_head_stride);
+  set(a.dout, &b.do_batch_stride, &b.do_row_stride, &b.do_head_stride);
+  set(a.dq, &b.dq_batch_stride, &b.dq_row_stride, &b.dq_head_stride);
+  set(a.dk, &b.dk_batch_stride, &b.dk_row_stride, &b.dk_head_stride);
+  set(a.dv, &b.dv_batch_stride, &b.dv_row_stride, &b.dv_head_stride);
+  if (p.varlen) {
+    b.lse_head_stride = a.lse.stride[0];
+    b.lse_row_stride = a.lse.stride[1];
+    b.cu_seqlens_q = static_cast<const int*>(a.varlen.cu_seqlens_q.data);
+    b.cu_seqlens_k = static_cast<const int*>(a.varlen.cu_seqlens_k.data);
+    b.seqused_q = static_cast<const int*>(a.varlen.seqused_q.data);
+    b.seqused_k = static_cast<const int*>(a.varlen.seqused_k.data);
+    b.total_q = static_cast<int>(p.total_q);
+    b.total_k = static_cast<int>(p.total_k);
+  } else {
+    b.lse_batch_stride = a.lse.stride[0];
+    b.lse_head_stride = a.lse.stride[1];
+    b.lse_row_stride = a.lse.stride[2];
+  }
   b.batch = static_cast<int>(p.batch);
   b.seqlen_q = static_cast<int>(p.seqlen_q);
   b.seqlen_k = static_cast<int>(p.seqlen_k);
@@ -111,11 +148,20 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
 }
 
 Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
-  const MaskKind mask = mask_kind(p);
   const int head_dim = bwd_problem_head_dim(p);
+  const MaskKind mask = bwd_mask_kind(p, head_dim);
+  if (p.varlen && !bwd_runs_varlen(head_dim)) {
+    return {StatusCode::kNotSupported, "cu_seqlens_q: varlen backward calls run on the GPU at head dim 128 only; this "
+                                       "call's kernel head dim is " +
+                                           std::to_string(head_dim) + " (fa3::cpu runs it)"};
+  }
   for (const BwdKernelEntry& k : bwd_kernels()) {
     if (k.dtype == a.q.dtype && k.head_dim == head_dim && k.mask == mask) {
-      return k.launch(make_bwd_params(p, a, num_sms), stream);
+      const BwdParams params = make_bwd_params(p, a, num_sms);
+      const Status launched = k.launch(params, stream);
+      if (!launched.is_ok()) return launched;
+      // A varlen call's rows of no sequence (hopper/varlen_rows.h); nothing otherwise.
+      return launch_clear_unused_grad_rows(params, static_cast<int>(dtype_size(a.dq.dtype)), stream);
     }
   }
   const std::string dims = p.head_dim_v == p.head_dim

@@ -42,6 +42,18 @@ int bwd_problem_head_dim(const Problem& p);
 // The workspace a call on `p` needs (hopper/bwd_workspace.h).
 BwdWorkspace bwd_workspace(const Problem& p, bool deterministic);
 
+// Whether this build's backward kernels carry the varlen paths at all (FA3_GPU_VARLEN),
+// and whether the general kernel of kernel head dim `head_dim` does (bwd_config.h's
+// bwd_carries_varlen): a varlen call of any other head dim is refused with
+// kNotSupported naming cu_seqlens_q.
+bool bwd_varlen_enabled();
+bool bwd_runs_varlen(int head_dim);
+
+// The mask family whose kernel runs problem `p` at kernel head dim `head_dim`: the
+// problem's (mask_kind), except that a varlen call runs on the general kernel where the
+// plain and causal ones do not carry the varlen paths (bwd_family_carries_varlen).
+MaskKind bwd_mask_kind(const Problem& p, int head_dim);
+
 // Builds BwdParams from validated arguments; `num_sms` bounds the persistent grid.
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& args, int num_sms);
 

@@ -10,13 +10,23 @@
 //   K, V : one buffer each. The producer writes the tile's coordinates into `tile`,
 //          then arms kv_full with K's and V's TMA loads; n_block -1 (armed with no load)
 //          means no more tiles. kv_empty counts every consumer thread (and the dQ
-//          warp's lanes, which read the coordinates too) once it is done with the tile.
+//          warp's lanes, which read the coordinates too) once it is done with the tile
+//          (the dQ warp, with the varlen paths, once done with the tile's dQ sums).
 //   Q, dO: rings, one stage per query block, LSE riding with Q and D with dO; every
 //          consumer thread reads the statistics, so every one releases the stage.
 //   dQ   : per consumer warpgroup a pair of named barriers with the dQ warp (its part
 //          of the staging buffer is full / was read).
 // dK and dV leave through K's and V's buffers by TMA store, or, with GQA/MQA, are added
 // to fp32 accumulators (the postprocess converts them).
+//
+// A varlen call (BwdParams::cu_seqlens_q) runs on the kernels that carry the varlen
+// paths (BwdConfig::varlen): tiles cover max_seqlen_k's key blocks for every (head,
+// sequence), and the producer skips those past their sequence's keys (skip_empty). A
+// tile sees its own sequence's query blocks only, under the mask of the sequence's own
+// lengths (bottom-right aligned per sequence); its dQ parts and statistics are the
+// sequence's blocks in the workspace (hopper/bwd_workspace.h), and its dK and dV go to
+// the fp32 accumulators as GQA's do (a TMA store writes whole blocks, over the next
+// sequence's rows), whence the postprocess writes the sequence's rows only.
 //
 // Deterministic mode fixes the order of every sum across CTAs with counters in the
 // workspace: a tile adds its dQ part of query block m only after the key blocks before
@@ -33,6 +43,7 @@
 #include "hopper/barriers.cuh"
 #include "hopper/bwd_mainloop.cuh"
 #include "hopper/bwd_params.h"
+#include "hopper/bwd_seq.cuh"
 #include "hopper/bwd_traits.cuh"
 #include "hopper/tile_scheduler.cuh"
 
@@ -53,6 +64,7 @@ struct BwdKernel {
   using D = typename Traits::D;
   static constexpr int kThreads = Traits::kThreads;
   static constexpr int kConsumerThreads = Traits::kConsumerThreads;
+  static constexpr bool kVarlen = Traits::kVarlen;
 
   struct Params {
     typename Traits::TmaQ tma_q;
@@ -127,11 +139,50 @@ struct BwdKernel {
     }
   }
 
+  // The tile's sequence as the consumers and the dQ warp have it: from the tile's slot
+  // (the producer read it), or the call's lengths in a kernel without the varlen paths.
+  __device__ static SeqBounds slot_seq(const Params& params, const SharedStorage& smem) {
+    if constexpr (kVarlen) {
+      return smem.tile.seq;
+    } else {
+      return seq_bounds<false>(params.p, 0);
+    }
+  }
+
+  // Tile `t` or, in a varlen call, the first from it on (in the CTA's order) whose key
+  // block starts inside its sequence's keys: the longest sequence sets how many key
+  // blocks every (head, sequence) has, and the others' blocks past their ends have no
+  // keys to compute or store. A block of keys that no query sees still runs (its dK and
+  // dV are 0). Every tile skipped is drawn, so that the counter's protocol holds
+  // (TileScheduler::next).
+  __device__ static int skip_empty(const Params& params, const Scheduler& scheduler, int n_blocks, int t,
+                                   int* counter) {
+    if (!is_varlen<kVarlen>(params.p)) return t;
+#pragma unroll 1
+    for (; scheduler.valid(t); t = scheduler.next(t, counter)) {
+      const TileCoord tile = scheduler.coord(t);
+      const int first_key = tile_block(params, n_blocks, tile.m_block) * Traits::kBlockN;
+      if (first_key < seq_bounds<kVarlen>(params.p, tile.batch).seqlen_k) break;
+    }
+    return t;
+  }
+
   __device__ static int* workspace_ints(const BwdParams& p, std::size_t offset) {
     return reinterpret_cast<int*>(static_cast<char*>(p.workspace) + offset);
   }
   __device__ static float* workspace_floats(const BwdParams& p, std::size_t offset) {
     return reinterpret_cast<float*>(static_cast<char*>(p.workspace) + offset);
+  }
+
+  // The producer's mask of sequence `batch`, read where it is used, so that the
+  // producer's few registers keep no bounds across its loads.
+  __device__ static Mask producer_mask(const BwdParams& p, const Mask& mask, int batch) {
+    if constexpr (kVarlen) {
+      const SeqBounds seq = seq_bounds<kVarlen>(p, batch);
+      return for_sequence(mask, seq.seqlen_q, seq.seqlen_k);
+    } else {
+      return mask;
+    }
   }
 
   __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, DoPipeline& do_pipe,
@@ -148,15 +199,21 @@ struct BwdKernel {
       cute::prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
     }
     BwdProducer<Traits> producer;
-    for (int t = scheduler.first();;) {
+    int t = scheduler.first();
+    // Only the leader draws tiles (skip_empty may draw several); the others learn the
+    // leader's from the broadcast.
+    if constexpr (kVarlen) {
+      t = __shfl_sync(0xffffffffu, leader ? skip_empty(params, scheduler, n_blocks, t, counter) : 0, 0);
+    }
+    for (;;) {
       const bool valid = scheduler.valid(t);
       int next = 0;
       if (leader) {
         if (valid) {
-          next = scheduler.next(t, counter);
+          next = skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
           TileCoord tile = scheduler.coord(t);
           tile.m_block = tile_block(params, n_blocks, tile.m_block);
-          const BlockRange range = query_range<Traits>(mask, tile.m_block);
+          const BlockRange range = query_range<Traits>(producer_mask(p, mask, tile.batch), tile.m_block);
           // The first step's Q and dO go out before the wait for K/V's buffers, which
           // lasts until the previous tile's epilogue is done with them.
           if (range.begin < range.end) producer.load_step(params, smem, q_pipe, do_pipe, tile, range.begin);
@@ -174,6 +231,9 @@ struct BwdKernel {
 
   // The dQ warp: adds each step's dQ partial sums, one part per consumer warpgroup,
   // from shared memory to the accumulator, a slice at a time (BwdConfig::dq_slices).
+  // With the varlen paths it holds the tile's slot until it is done with the tile, and
+  // reads the sequence's bounds from it where they are used: its few registers keep none
+  // across the tile (the consumers release the slot later anyway).
   __device__ static void add_dq(const Params& params, SharedStorage& smem, const Mask& mask) {
     const BwdParams& p = params.p;
     const int lane = threadIdx.x % 32;
@@ -182,17 +242,19 @@ struct BwdKernel {
       arch::mbarrier_wait(&smem.kv_full, phase);
       phase ^= 1u;
       const TileCoord tile = smem.tile.tile;
-      arch::mbarrier_arrive(&smem.kv_empty);
+      if (!kVarlen || tile.m_block < 0) arch::mbarrier_arrive(&smem.kv_empty);
       if (tile.m_block < 0) break;
       const int n_block = tile.m_block;
-      const std::int64_t bh = static_cast<std::int64_t>(tile.batch) * p.nheads_q + tile.head;
-      const BlockRange range = query_range<Traits>(mask, n_block);
+      const BlockRange range = query_range<Traits>(tile_mask<Traits>(mask, smem), n_block);
+      const std::int64_t first =
+          q_block_index<Traits::kBlockM, kVarlen>(p, tile.batch, tile.head, slot_seq(params, smem), 0);
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
+        const std::int64_t block = first + m;
         float* dq = workspace_floats(p, p.layout.dq_accum) +
-                    (bh * p.layout.m_blocks + m) * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
-        int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + bh * p.layout.m_blocks + m : nullptr;
-        const int my_turn = dq_turn(mask, n_block, m);
+                    block * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
+        int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + block : nullptr;
+        const int my_turn = dq_turn(tile_mask<Traits>(mask, smem), n_block, m);
         if (turn != nullptr && lane == 0) {
           arch::wait_counter(turn, my_turn);
           asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -219,6 +281,7 @@ struct BwdKernel {
           arch::publish_counter(turn, my_turn + 1);
         }
       }
+      if constexpr (kVarlen) arch::mbarrier_arrive(&smem.kv_empty);
     }
   }
 
@@ -235,11 +298,15 @@ struct BwdKernel {
       const TileCoord tile = smem.tile.tile;
       if (tile.m_block < 0) break;
       const int n_block = tile.m_block;
+      if constexpr (kVarlen) {
+        const int k_valid = rows_in_block<Traits::kBlockN>(smem.tile.seq.seqlen_k, n_block * Traits::kBlockN);
+        if (is_varlen<kVarlen>(params.p) && k_valid < Traits::kBlockN) consumer.clear_kv_rows(smem, k_valid);
+      }
       auto tdKrdK = consumer.dkv_accumulator();
       auto tdVrdV = consumer.dkv_accumulator();
       cute::clear(tdKrdK);
       cute::clear(tdVrdV);
-      const BlockRange range = query_range<Traits>(mask, n_block);
+      const BlockRange range = query_range<Traits>(tile_mask<Traits>(mask, smem), n_block);
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV,
@@ -287,7 +354,8 @@ struct BwdKernel {
   }
 
   // The tile's dK (scaled by the softmax scale) and dV: through K's and V's buffers by
-  // TMA store, or (GQA/MQA) added to the fp32 accumulators. Then the buffers are free.
+  // TMA store, or (GQA/MQA, varlen: dkv_sums) added to the fp32 accumulators. Then the
+  // buffers are free.
   template <class FragDkv>
   __device__ static void store_dkv(const Params& params, SharedStorage& smem, int tid, TileCoord tile,
                                    FragDkv& tdKrdK, const FragDkv& tdVrdV) {
@@ -296,7 +364,7 @@ struct BwdKernel {
     CUTE_UNROLL
     for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
     const int n_block = tile.m_block;
-    if (!p.layout.gqa) {
+    if (!p.layout.dkv_sums) {
       // Every warpgroup's GEMMs are done with K and V before any overwrites them.
       barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
       typename Traits::TiledMmaDkv mma_dkv;
@@ -331,13 +399,12 @@ struct BwdKernel {
       }
     } else {
       const int group = p.nheads_q / p.nheads_kv;
-      const std::int64_t bhk = static_cast<std::int64_t>(tile.batch) * p.nheads_kv + tile.head / group;
-      const std::int64_t offset = (bhk * p.layout.n_blocks + n_block) * (Traits::kBlockN * Traits::kHeadDim) +
-                                  (tid / 128) * Traits::kDkvPerWG;
+      const std::int64_t block =
+          k_block_index<Traits::kBlockN, kVarlen>(p, tile.batch, tile.head / group, slot_seq(params, smem), n_block);
+      const std::int64_t offset = block * (Traits::kBlockN * Traits::kHeadDim) + (tid / 128) * Traits::kDkvPerWG;
       float4* dk = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dk_accum) + offset) + tid % 128;
       float4* dv = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dv_accum) + offset) + tid % 128;
-      int* turn = p.deterministic ? workspace_ints(p, p.layout.dkv_semaphore) + bhk * p.layout.n_blocks + n_block
-                                  : nullptr;
+      int* turn = p.deterministic ? workspace_ints(p, p.layout.dkv_semaphore) + block : nullptr;
       take_turn(turn, tile.head % group, tid);
       CUTE_UNROLL
       for (int i = 0; i < size(tdKrdK) / 4; ++i) {

@@ -18,6 +18,7 @@
 #include "hopper/bwd_params.h"
 #include "hopper/bwd_post.cuh"
 #include "hopper/bwd_pre.cuh"
+#include "hopper/bwd_seq.cuh"
 #include "hopper/bwd_sinks.h"
 #include "hopper/bwd_traits.cuh"
 #include "hopper/launch_util.h"
@@ -26,52 +27,76 @@
 
 namespace fa3::hopper {
 
-// dQ from its accumulator: one CTA per (query block, head, batch).
+// dQ from its accumulator: one CTA per (query block, head, batch). In a varlen call a
+// block past its sequence's rows has nothing to write, and a sequence's rows start at its
+// first packed row.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dq(const __grid_constant__ BwdParams p) {
+  constexpr bool kVarlen = Traits::kVarlen;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const std::int64_t bh = static_cast<std::int64_t>(batch) * p.nheads_q + head;
+  const SeqBounds seq = seq_bounds<kVarlen>(p, batch);
+  if (is_varlen<kVarlen>(p) && m_block * Traits::kBlockM >= seq.seqlen_q) return;
+  const std::int64_t block = q_block_index<Traits::kBlockM, kVarlen>(p, batch, head, seq, m_block);
   const char* ws = static_cast<const char*>(p.workspace);
   AccumTarget t;
   t.accum = reinterpret_cast<const float*>(ws + p.layout.dq_accum) +
-            (bh * p.layout.m_blocks + m_block) * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
+            block * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
   t.out = static_cast<typename Traits::Element*>(p.dq) + batch * p.dq_batch_stride + head * p.dq_head_stride +
-          static_cast<std::int64_t>(m_block) * Traits::kBlockM * p.dq_row_stride;
+          (seq.offset_q + static_cast<std::int64_t>(m_block) * Traits::kBlockM) * p.dq_row_stride;
   t.row_stride = p.dq_row_stride;
-  t.rows = std::min(static_cast<int>(Traits::kBlockM), p.seqlen_q - m_block * Traits::kBlockM);
+  t.rows = std::min(static_cast<int>(Traits::kBlockM), seq.seqlen_q - m_block * Traits::kBlockM);
   t.cols = p.head_dim;
   t.scale = p.softmax_scale;
   convert_accum_block<typename Traits::Element, typename Traits::TiledMmaDq, Traits::kBlockM, Traits::kHeadDim,
                       Traits::kDqSwap>(t);
 }
 
-// GQA/MQA: dK (blockIdx.z even) or dV (odd) from its accumulator, one CTA per
-// (key block, KV head, batch and which).
+// GQA/MQA or varlen (dkv_sums): dK (blockIdx.z even) or dV (odd) from its accumulator,
+// one CTA per (key block, KV head, batch and which); a varlen sequence's as dQ's above.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dkv(const __grid_constant__ BwdParams p) {
+  constexpr bool kVarlen = Traits::kVarlen;
   const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z / 2;
   const bool is_dv = blockIdx.z % 2 != 0;
-  const std::int64_t bh = static_cast<std::int64_t>(batch) * p.nheads_kv + head;
+  const SeqBounds seq = seq_bounds<kVarlen>(p, batch);
+  if (is_varlen<kVarlen>(p) && n_block * Traits::kBlockN >= seq.seqlen_k) return;
+  const std::int64_t block = k_block_index<Traits::kBlockN, kVarlen>(p, batch, head, seq, n_block);
   const char* ws = static_cast<const char*>(p.workspace);
   AccumTarget t;
   t.accum = reinterpret_cast<const float*>(ws + (is_dv ? p.layout.dv_accum : p.layout.dk_accum)) +
-            (bh * p.layout.n_blocks + n_block) * static_cast<std::int64_t>(Traits::kBlockN * Traits::kHeadDim);
+            block * static_cast<std::int64_t>(Traits::kBlockN * Traits::kHeadDim);
   const std::int64_t row_stride = is_dv ? p.dv_row_stride : p.dk_row_stride;
   t.out = static_cast<typename Traits::Element*>(is_dv ? p.dv : p.dk) +
           batch * (is_dv ? p.dv_batch_stride : p.dk_batch_stride) + head * (is_dv ? p.dv_head_stride : p.dk_head_stride) +
-          static_cast<std::int64_t>(n_block) * Traits::kBlockN * row_stride;
+          (seq.offset_k + static_cast<std::int64_t>(n_block) * Traits::kBlockN) * row_stride;
   t.row_stride = row_stride;
-  t.rows = std::min(static_cast<int>(Traits::kBlockN), p.seqlen_k - n_block * Traits::kBlockN);
+  t.rows = std::min(static_cast<int>(Traits::kBlockN), seq.seqlen_k - n_block * Traits::kBlockN);
   t.cols = is_dv ? p.head_dim_v : p.head_dim;
   t.scale = 1.f;  // dK was scaled before it was summed
   convert_accum_block<typename Traits::Element, typename Traits::TiledMmaDkv, Traits::kBlockN, Traits::kHeadDim,
                       Traits::kDkvSwap>(t);
 }
 
+template <class Kernel>
+Status launch_bwd_main(const typename Kernel::Params& params, int grid, cudaStream_t stream) {
+  auto kernel = bwd_kernel<Kernel>;
+  constexpr int kSmemBytes = Kernel::Traits::kSmemBytes;
+  const Status attr = detail::cuda_status(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
+      "cudaFuncSetAttribute(max dynamic shared memory)");
+  if (!attr.is_ok()) return attr;
+  kernel<<<grid, Kernel::kThreads, kSmemBytes, stream>>>(params);
+  return detail::cuda_status(cudaGetLastError(), "backward kernel launch");
+}
+
 template <class Element, int kHeadDim, class Mask>
 Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using namespace cute;
-  constexpr BwdConfig kCfg = bwd_config(kHeadDim);
+  constexpr BwdConfig kCfg = [] {
+    BwdConfig c = bwd_config(kHeadDim);
+    c.varlen = bwd_carries_varlen(kHeadDim, Mask::kGeneral);
+    return c;
+  }();
   using Traits = BwdTraits<Element, kHeadDim, kCfg>;
   using Kernel = BwdKernel<Traits, Mask>;
   using Stride = typename Traits::GmemStride;
@@ -81,19 +106,24 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
 
   auto gmem = [](const void* ptr) { return make_gmem_ptr(static_cast<const Element*>(ptr)); };
   // As in the forward, the tensors have the call's head dims (kHeadDim or less): Q, K
-  // and their gradients head_dim, V, dO and dV head_dim_v.
+  // and their gradients head_dim, V, dO and dV head_dim_v. A varlen call's packed tensors
+  // are one batch entry of all their rows, which the kernel offsets to each sequence's
+  // first row.
+  const int rows_q = q_rows<kCfg.varlen>(p);
+  const int rows_k = k_rows<kCfg.varlen>(p);
+  const int batches = tensor_batches<kCfg.varlen>(p);
   auto strides = [&](std::int64_t row, std::int64_t head, std::int64_t batch, int rows, int heads, int dim) {
     const std::int64_t row_stride = detail::usable_stride(row, rows, detail::padded_row<Element>(dim));
     const std::int64_t head_stride = detail::usable_stride(head, heads, row_stride * rows);
-    return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, p.batch, head_stride * heads)};
+    return Stride{row_stride, _1{}, head_stride, detail::usable_stride(batch, batches, head_stride * heads)};
   };
   const auto q_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch, int dim) {
-    return make_tensor(gmem(ptr), make_shape(p.seqlen_q, dim, p.nheads_q, p.batch),
-                       strides(row, head, batch, p.seqlen_q, p.nheads_q, dim));
+    return make_tensor(gmem(ptr), make_shape(rows_q, dim, p.nheads_q, batches),
+                       strides(row, head, batch, rows_q, p.nheads_q, dim));
   };
   const auto kv_tensor = [&](const void* ptr, std::int64_t row, std::int64_t head, std::int64_t batch, int dim) {
-    return make_tensor(gmem(ptr), make_shape(p.seqlen_k, dim, p.nheads_kv, p.batch),
-                       strides(row, head, batch, p.seqlen_k, p.nheads_kv, dim));
+    return make_tensor(gmem(ptr), make_shape(rows_k, dim, p.nheads_kv, batches),
+                       strides(row, head, batch, rows_k, p.nheads_kv, dim));
   };
   typename Kernel::Params params{
       make_tma_copy(SM90_TMA_LOAD{}, q_tensor(p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.head_dim),
@@ -104,7 +134,8 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
                     typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.head_dim_v),
                     typename Traits::SmemLayoutV{}, Shape<BN, D>{}, _1{}),
-      // MHA only (GQA/MQA sums dK and dV in the workspace): dK, dV shaped like K, V.
+      // Without dkv_sums only (GQA/MQA and varlen sum dK and dV in the workspace): dK, dV
+      // shaped like K, V.
       make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride, p.head_dim),
                     typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),
       make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dv, p.dv_row_stride, p.dv_head_stride, p.dv_batch_stride, p.head_dim_v),
@@ -128,25 +159,28 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
     return {StatusCode::kNotSupported, "backward: more than 65535 heads or 32767 sequences in one call"};
   }
 
-  bwd_preprocess<Element, Traits::kBlockM, kHeadDim><<<dim3(m_blocks, p.nheads_q, p.batch), kBwdPreThreads, 0, stream>>>(p);
+  // At least one CTA, which zeroes the workspace's sums and counters, also when a varlen
+  // call's sequences have no query rows (max_seqlen_q 0).
+  bwd_preprocess<Element, Traits::kBlockM, kHeadDim, kCfg.varlen>
+      <<<dim3(std::max(m_blocks, 1), p.nheads_q, p.batch), kBwdPreThreads, 0, stream>>>(p);
   const Status pre = detail::cuda_status(cudaGetLastError(), "backward preprocess launch");
   if (!pre.is_ok()) return pre;
   const Status sinks = launch_sinks_grad(p, stream);
   if (!sinks.is_ok()) return sinks;
 
-  auto kernel = bwd_kernel<Kernel>;
-  const Status attr = detail::cuda_status(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
-      "cudaFuncSetAttribute(max dynamic shared memory)");
-  if (!attr.is_ok()) return attr;
-  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(p.num_sms, 1)));
-  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(params);
-  const Status main = detail::cuda_status(cudaGetLastError(), "backward kernel launch");
-  if (!main.is_ok()) return main;
-
-  bwd_convert_dq<Traits><<<dim3(m_blocks, p.nheads_q, p.batch), Traits::kConsumerThreads, 0, stream>>>(p);
-  const Status post = detail::cuda_status(cudaGetLastError(), "backward dQ conversion launch");
-  if (!post.is_ok() || !p.layout.gqa) return post;
+  // A varlen call whose sequences have no keys (max_seqlen_k 0) has no tile: its dQ are
+  // the zeros the preprocess left in the accumulator.
+  if (tiles > 0) {
+    const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(p.num_sms, 1)));
+    const Status main = launch_bwd_main<Kernel>(params, grid, stream);
+    if (!main.is_ok()) return main;
+  }
+  if (m_blocks > 0) {
+    bwd_convert_dq<Traits><<<dim3(m_blocks, p.nheads_q, p.batch), Traits::kConsumerThreads, 0, stream>>>(p);
+    const Status post = detail::cuda_status(cudaGetLastError(), "backward dQ conversion launch");
+    if (!post.is_ok()) return post;
+  }
+  if (!p.layout.dkv_sums || n_blocks == 0) return Status::ok();
   bwd_convert_dkv<Traits><<<dim3(n_blocks, p.nheads_kv, 2 * p.batch), Traits::kConsumerThreads, 0, stream>>>(p);
   return detail::cuda_status(cudaGetLastError(), "backward dK/dV conversion launch");
 }

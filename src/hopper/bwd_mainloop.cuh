@@ -9,6 +9,14 @@
 //   warpgroup's dS is in; dK += dSᵀ·Q while dQ's sum leaves (through shared memory to
 //   the dQ warp's bulk reduce-add).
 // The row statistics come with their tiles: LSE with Q, D with dO.
+//
+// A varlen call's tiles load their rows at the sequence's offset in the packed tensors
+// (one batch entry of all the rows). A block's rows past the sequence's end are then the
+// next sequence's, or rows no sequence uses, and may hold anything, NaN included, where
+// a fixed-length call's are TMA's zero fill: even with P and dS 0 there, 0 times NaN in
+// the dK, dV and dQ GEMMs is NaN. The consumers clear them in shared memory (Q's and dO's
+// in a sequence's last query block, K's and V's in its last key block), after which a
+// step computes what it computes for a fixed-length call.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -18,6 +26,7 @@
 
 #include "hopper/barriers.cuh"
 #include "hopper/bwd_params.h"
+#include "hopper/bwd_seq.cuh"
 #include "hopper/fragment.cuh"
 #include "hopper/gemm.cuh"
 #include "hopper/mask.cuh"
@@ -48,19 +57,26 @@ struct BwdProducer {
   std::uint32_t kv_empty_phase = 1;  // K/V's buffers start empty
 
   // Q with its LSE, then dO with its D, of query block m_block into the next stages.
+  // The sequence's bounds are read here, not kept across the loads in the producer's
+  // few registers.
   template <class Params>
   __device__ void load_step(const Params& params, SharedStorage& smem, QPipeline& q_pipe, DoPipeline& do_pipe,
                             TileCoord tile, int m_block) {
     using namespace cute;
+    constexpr bool kVarlen = Traits::kVarlen;
     const BwdParams& p = params.p;
+    const SeqBounds seq = seq_bounds<kVarlen>(p, tile.batch);
     const std::int64_t stats_row =
-        (static_cast<std::int64_t>(tile.batch) * p.nheads_q + tile.head) * p.layout.m_blocks * Traits::kBlockM +
-        static_cast<std::int64_t>(m_block) * Traits::kBlockM;
+        q_block_index<Traits::kBlockM, kVarlen>(p, tile.batch, tile.head, seq, m_block) * Traits::kBlockM;
     const char* ws = static_cast<const char*>(p.workspace);
+    const auto q_shape = make_shape(q_rows<kVarlen>(p), p.head_dim, p.nheads_q, tensor_batches<kVarlen>(p));
+    const auto do_shape = make_shape(q_rows<kVarlen>(p), p.head_dim_v, p.nheads_q, tensor_batches<kVarlen>(p));
+    const int batch = tensor_batch<kVarlen>(p, tile.batch);
 
     std::uint64_t* q_full = q_pipe.producer_acquire(q_state, Traits::kQBytes + Traits::kStatsBytes);
-    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim, p.nheads_q, p.batch));
-    Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(_, _0{}));  // (BM, D, m)
+    Tensor mQ = params.tma_q.get_tma_tensor(q_shape);
+    Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ(_, _, tile.head, batch)), Shape<BM, D>{},
+                           make_coord(_, _0{}));  // (BM, D, m)
     Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});               // (BM, D, stage)
     auto [tQgQ, tQsQ] =
         tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
@@ -70,8 +86,9 @@ struct BwdProducer {
     q_state.advance();
 
     std::uint64_t* do_full = do_pipe.producer_acquire(do_state, Traits::kQBytes + Traits::kStatsBytes);
-    Tensor mDo = params.tma_do.get_tma_tensor(make_shape(p.seqlen_q, p.head_dim_v, p.nheads_q, p.batch));
-    Tensor gDo = local_tile(mDo(_, _, tile.head, tile.batch), Shape<BM, D>{}, make_coord(_, _0{}));
+    Tensor mDo = params.tma_do.get_tma_tensor(do_shape);
+    Tensor gDo = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mDo(_, _, tile.head, batch)), Shape<BM, D>{},
+                            make_coord(_, _0{}));
     Tensor sDo = make_tensor(make_smem_ptr(smem.dout), typename Traits::SmemLayoutDo{});
     auto [tDgD, tDsD] =
         tma_partition(params.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sDo), group_modes<0, 2>(gDo));
@@ -81,16 +98,21 @@ struct BwdProducer {
     do_state.advance();
   }
 
-  // Announces `tile` once the previous tile's K/V buffers are free: its coordinates,
-  // then its K and V loads, whose landing completes kv_full. Past the last tile
-  // (m_block -1) kv_full completes with the coordinates alone.
+  // Announces `tile` once the previous tile's K/V buffers are free: its coordinates (and,
+  // with the varlen paths, its sequence's bounds), then its K and V loads, whose landing
+  // completes kv_full. Past the last tile (m_block -1) kv_full completes with the
+  // coordinates alone.
   template <class Params>
   __device__ void announce(const Params& params, SharedStorage& smem, TileCoord tile, int n_block) {
     using namespace cute;
+    constexpr bool kVarlen = Traits::kVarlen;
     arch::mbarrier_wait(&smem.kv_empty, kv_empty_phase);
     kv_empty_phase ^= 1u;
     arch::compiler_barrier();
     smem.tile.tile = tile;
+    if constexpr (kVarlen) {
+      smem.tile.seq = tile.m_block >= 0 ? seq_bounds<kVarlen>(params.p, tile.batch) : SeqBounds{0, 0, 0, 0};
+    }
     arch::compiler_barrier();
     if (tile.m_block < 0) {
       cutlass::arch::ClusterTransactionBarrier::arrive(&smem.kv_full);
@@ -99,13 +121,19 @@ struct BwdProducer {
     const BwdParams& p = params.p;
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
-    Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
-    Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+    const int offset_k = seq_bounds<kVarlen>(p, tile.batch).offset_k;
+    const int batch = tensor_batch<kVarlen>(p, tile.batch);
+    Tensor mK = params.tma_k.get_tma_tensor(
+        make_shape(k_rows<kVarlen>(p), p.head_dim, p.nheads_kv, tensor_batches<kVarlen>(p)));
+    Tensor gK = local_tile(domain_offset(make_coord(offset_k, _0{}), mK(_, _, head_kv, batch)), Shape<BN, D>{},
+                           make_coord(n_block, _0{}));
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     copy(params.tma_k.with(smem.kv_full), tKgK, tKsK);
-    Tensor mV = params.tma_v.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.nheads_kv, p.batch));
-    Tensor gV = local_tile(mV(_, _, head_kv, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+    Tensor mV = params.tma_v.get_tma_tensor(
+        make_shape(k_rows<kVarlen>(p), p.head_dim_v, p.nheads_kv, tensor_batches<kVarlen>(p)));
+    Tensor gV = local_tile(domain_offset(make_coord(offset_k, _0{}), mV(_, _, head_kv, batch)), Shape<BN, D>{},
+                           make_coord(n_block, _0{}));
     Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     copy(params.tma_v.with(smem.kv_full), tVgV, tVsV);
@@ -137,6 +165,18 @@ struct QueryStats {
     }
   }
 };
+
+// The mask of the tile whose K/V are loaded: with the varlen paths, of its sequence's
+// lengths from the tile's slot, read where it is used rather than kept in registers
+// across the tile (the slot holds until every consumer has released the tile).
+template <class Traits, class Mask>
+__device__ __forceinline__ Mask tile_mask(const Mask& mask, const typename Traits::SharedStorage& smem) {
+  if constexpr (Traits::kVarlen) {
+    return for_sequence(mask, smem.tile.seq.seqlen_q, smem.tile.seq.seqlen_k);
+  } else {
+    return mask;
+  }
+}
 
 // The softcap's slope at a score of probability p (Softcap::slope); 1 without a cap.
 template <class Mask>
@@ -185,13 +225,50 @@ struct BwdConsumer {
     }
   }
 
+  // Zeroes rows [valid, kRows) of a (kRows, cols) shared-memory tile (a stage of it),
+  // this thread's share of them among the consumers.
+  template <int kRows, class Tile>
+  __device__ void clear_rows(Tile&& tile, int valid, int cols) const {
+#pragma unroll 1
+    for (int i = (valid > 0 ? valid : 0) * cols + tid; i < kRows * cols; i += kConsumerThreads) {
+      tile(i / cols, i % cols) = Element(0);
+    }
+  }
+
+  // A varlen tile's K and V rows past its sequence's keys (`valid` of the block's are the
+  // sequence's; see the top of this file), cleared before the tile's first step and
+  // made visible to every consumer warpgroup's GEMMs.
+  __device__ void clear_kv_rows(SharedStorage& smem, int valid) const {
+    using namespace cute;
+    clear_rows<Traits::kBlockN>(make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{}), valid,
+                                Traits::kHeadDim);
+    clear_rows<Traits::kBlockN>(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{}), valid,
+                                Traits::kHeadDim);
+    cutlass::arch::fence_view_async_shared();
+    barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+  }
+
+  // The same for a sequence's last query block: Q's and dO's rows past its end, in the
+  // step's stages, once both have landed.
+  __device__ void clear_query_rows(SharedStorage& smem, DoPipeline& do_pipe, int valid) const {
+    using namespace cute;
+    do_pipe.consumer_wait(do_state);
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+    Tensor sDo = make_tensor(make_smem_ptr(smem.dout), typename Traits::SmemLayoutDo{});
+    clear_rows<Traits::kBlockM>(sQ(_, _, q_state.index), valid, Traits::kHeadDim);
+    clear_rows<Traits::kBlockM>(sDo(_, _, do_state.index), valid, Traits::kHeadDim);
+    cutlass::arch::fence_view_async_shared();
+    barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+  }
+
   // One step: query block m_block against the tile's key block n_block, adding to dK and
   // dV. `dq_out(dq, slice)` takes the step's dQ partial sums, slice by slice, once they
   // are complete. Every consumer thread reads LSE and D from the Q and dO stages, so
-  // every thread releases them.
+  // every thread releases them. `call_mask` is the call's mask; the step's is the tile's
+  // (tile_mask).
   template <class Params, class FragDkv, class DqOut>
   __device__ void step(const Params& params, SharedStorage& smem, QPipeline& q_pipe, DoPipeline& do_pipe,
-                       const Mask& mask, int n_block, int m_block, FragDkv& tdKrdK, FragDkv& tdVrdV,
+                       const Mask& call_mask, int n_block, int m_block, FragDkv& tdKrdK, FragDkv& tdVrdV,
                        DqOut&& dq_out) {
     using namespace cute;
     Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
@@ -233,6 +310,11 @@ struct BwdConsumer {
     using Stats = QueryStats<kStats, (kSdpSwap && kStats > 16)>;
     const auto query_of = [&](int i) { return kSdpSwap ? get<1>(coord(0, i)) : get<0>(coord(i, 0)); };
     q_pipe.consumer_wait(q_state);
+    if constexpr (Traits::kVarlen) {
+      // A varlen sequence's last block: its rows past the end are cleared.
+      const int q_valid = rows_in_block<Traits::kBlockM>(smem.tile.seq.seqlen_q, m_block * Traits::kBlockM);
+      if (is_varlen<Traits::kVarlen>(params.p) && q_valid < Traits::kBlockM) clear_query_rows(smem, do_pipe, q_valid);
+    }
     // LSE is read before the GEMMs are issued: behind their operand reads, the loads
     // from shared memory came back after S did.
     Stats lse;
@@ -243,6 +325,7 @@ struct BwdConsumer {
 
     warpgroup_wait<1>();
     warpgroup_fence_operand(tSrS);
+    const Mask mask = tile_mask<Traits>(call_mask, smem);
     if constexpr (Mask::kGeneral) {
       if (mask.softcap.on) mask.softcap.apply(tSrS);
     }

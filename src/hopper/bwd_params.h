@@ -52,6 +52,17 @@ struct BwdParams {
   int chunk_shift = 0;
   bool deterministic = false;
 
+  // A variable-length batch, as FwdParams has it: when cu_seqlens_q is not null, q, k, v,
+  // out, dout and the gradients are packed (total, nheads, dim) tensors, which the kernels
+  // see as one batch entry of total_q or total_k rows, lse is (nheads, total_q), and
+  // seqlen_q / seqlen_k are max_seqlen_q / max_seqlen_k. Device memory.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  const int* seqused_q = nullptr;  // may be null
+  const int* seqused_k = nullptr;  // may be null
+  int total_q = 0;
+  int total_k = 0;
+
   void* workspace = nullptr;  // laid out as `layout` says
   BwdWorkspace layout;
 

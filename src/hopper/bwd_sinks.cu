@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "hopper/tile_scheduler.cuh"
+
 namespace fa3::hopper {
 namespace {
 
@@ -15,7 +17,19 @@ __global__ void __launch_bounds__(kThreads) sinks_grad_kernel(const __grid_const
   const float* dpsum = reinterpret_cast<const float*>(static_cast<const char*>(p.workspace) + p.layout.dpsum);
   // Each thread a fixed set of rows, then a fixed reduction tree: the same sum every run.
   float sum = 0.f;
-  if (sink != -INFINITY) {
+  if (sink != -INFINITY && is_varlen(p)) {
+    // Sequence by sequence: its rows at its first packed row, its statistics at its first
+    // block (hopper/bwd_workspace.h).
+    const int block_m = p.layout.block_m;
+    for (int b = 0; b < p.batch; ++b) {
+      const SeqBounds seq = seq_bounds(p, b);
+      const std::int64_t stats = (head * p.layout.q_blocks + first_block(seq.offset_q, b, block_m)) * block_m;
+      for (int row = threadIdx.x; row < seq.seqlen_q; row += kThreads) {
+        const float lse = p.lse[head * p.lse_head_stride + (seq.offset_q + row) * p.lse_row_stride];
+        sum += expf(sink - lse) * dpsum[stats + row];
+      }
+    }
+  } else if (sink != -INFINITY) {
     const std::int64_t rows = static_cast<std::int64_t>(p.batch) * p.seqlen_q;
     for (std::int64_t i = threadIdx.x; i < rows; i += kThreads) {
       const std::int64_t b = i / p.seqlen_q, row = i % p.seqlen_q;

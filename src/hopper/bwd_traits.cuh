@@ -36,6 +36,7 @@ struct BwdTraits {
   static constexpr int kDsStages = kCfg.ds_stages;
   static constexpr int kDqSlices = kCfg.dq_slices;
   static constexpr bool kPInDqStaging = kCfg.p_in_dq_staging();
+  static constexpr bool kVarlen = kCfg.varlen;
   static_assert(!kPInDqStaging || (!kDkvRS && kDsStages == 1), "P in dQ's staging buffer: one P buffer");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
   static_assert(kWGs <= kMaxBwdConsumerWGs, "more consumer warpgroups than named barriers are laid out for");
@@ -196,7 +197,9 @@ struct BwdTraits {
     alignas(kPInDqStaging ? 1024 : 128) float dq[kBlockM * kHeadDim / kDqSlices];
     alignas(128) float lse[kStatsStride * kQStages];
     alignas(128) float dpsum[kStatsStride * kDoStages];
-    TileSlot tile;  // the tile whose K/V are loaded; n_block (m_block field) < 0: no more tiles
+    // The tile whose K/V are loaded; n_block (m_block field) < 0: no more tiles. A kernel
+    // with the varlen paths hands the sequence's bounds over with it, as the forward does.
+    std::conditional_t<kVarlen, FwdTileSlot, TileSlot> tile;
     std::uint64_t kv_full;
     std::uint64_t kv_empty;
     typename QPipeline::Storage q_pipe;

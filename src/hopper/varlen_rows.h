@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "fa3/status.h"
+#include "hopper/bwd_params.h"
 #include "hopper/fwd_params.h"
 
 namespace fa3::hopper {
@@ -17,5 +18,10 @@ namespace fa3::hopper {
 // size (2 for bf16 and fp16). Enqueued on `stream`; independent of the forward kernel,
 // whose rows are others.
 Status launch_clear_unused_rows(const FwdParams& p, int element_bytes, cudaStream_t stream);
+
+// The backward's: dq 0 on the query rows of no sequence, dk and dv 0 on the keys of none
+// (those past seqused_k, and past cu_seqlens_k[batch]). Independent of the backward's
+// kernels, whose rows are others.
+Status launch_clear_unused_grad_rows(const BwdParams& p, int element_bytes, cudaStream_t stream);
 
 }  // namespace fa3::hopper

@@ -2,8 +2,10 @@
 gradients equal to a loop of flash_attn_func over the sequences (lengths 0 and 1,
 seqused, rows past the last sequence, every option), argument checks naming the
 argument, and the custom ops under opcheck and torch.compile. On CUDA tensors (a Hopper
-GPU, in a build with the GPU varlen forward): the forward against the CPU path by the
-accuracy rule, with NaN in the rows no sequence uses, and the backward's refusal.
+GPU, in a build with the GPU varlen paths, FA3_GPU_VARLEN): the forward against the CPU
+path by the accuracy rule, with NaN in the rows no sequence uses; the backward (head dim
+128) against the reference on each sequence alone by the backward rule, with NaN in the
+rows of dout no sequence uses, and its refusal at other head dims.
 """
 
 import inspect
@@ -14,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
-from attention_reference import ABS_CAP, check_close, reference  # noqa: E402
+from attention_reference import ABS_CAP, check_close, reference, reference_grads  # noqa: E402
 from gpu_support import BUILT_DTYPES, BUILT_HEAD_DIMS, gpu_skip_reason  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
@@ -285,12 +287,108 @@ def test_cuda_forward_with_sinks_and_repeats_bitwise():
         assert torch.equal(again, out) and torch.equal(again_lse, lse)
 
 
+# The GPU varlen backward runs at head dim 128 (the kernels that carry the varlen paths);
+# other head dims are refused naming cu_seqlens_q.
+GPU_VARLEN_BWD_HEAD_DIM = 128
+needs_gpu_varlen_backward = pytest.mark.skipif(
+    _GPU_SKIP is not None or GPU_VARLEN_BWD_HEAD_DIM not in BUILT_HEAD_DIMS,
+    reason=str(_GPU_SKIP or f"no kernels of head dim {GPU_VARLEN_BWD_HEAD_DIM} were built"),
+)
+
+
+def packed_reference_grads(q, k, v, dout, cu_q, cu_k, used_q, used_k, dtype, sinks=None, **mask):
+    """dq, dk, dv of the torch reference run on each sequence alone in `dtype`, packed, 0
+    on the rows of no sequence; with sinks also dsinks, summed over the sequences."""
+    dq, dk, dv = (torch.zeros(t.shape, dtype=dtype) for t in (q, k, v))
+    dsinks = torch.zeros(q.shape[1]) if sinks is not None else None
+    for b in range(len(cu_q) - 1):
+        q0, k0, sq, sk = int(cu_q[b]), int(cu_k[b]), int(used_q[b]), int(used_k[b])
+        if sq == 0 or sk == 0:
+            continue
+        grads = reference_grads(q[None, q0 : q0 + sq], k[None, k0 : k0 + sk], v[None, k0 : k0 + sk],
+                                dout[None, q0 : q0 + sq], dtype=dtype, sinks=sinks, **mask)
+        dq[q0 : q0 + sq] = grads[0][0]
+        dk[k0 : k0 + sk] = grads[1][0]
+        dv[k0 : k0 + sk] = grads[2][0]
+        if sinks is not None:
+            dsinks += grads[3].float()
+    return dq, dk, dv, dsinks
+
+
+def poisoned_dout(like, cu_q, used_q, seed):
+    """A random gradient for a packed output, NaN on the rows of no sequence."""
+    dout = torch.randn(like.shape, generator=torch.Generator().manual_seed(seed)).to(like.dtype)
+    for b in range(len(used_q)):
+        dout[int(cu_q[b]) + int(used_q[b]) : int(cu_q[b + 1])] = float("nan")
+    dout[int(cu_q[-1]) :] = float("nan")
+    return dout.to(like.device)
+
+
+def cuda_backward(dtype, heads, seqused, options, deterministic, sinks, seed):
+    """flash_attn_varlen_func's forward and backward on a poisoned CUDA batch: the inputs
+    (q, k, v, dout, index tensors) and the gradients (dq, dk, dv, and dsinks with sinks)."""
+    q, k, v, cu_q, cu_k, used_q, used_k = poisoned_gpu_batch(dtype, GPU_VARLEN_BWD_HEAD_DIM, heads, seqused, seed)
+    used = {"seqused_q": used_q, "seqused_k": used_k} if seqused else {}
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    sinks_leaf = sinks.detach().requires_grad_() if sinks is not None else None
+    out = fa3.flash_attn_varlen_func(*leaves, cu_q, cu_k, int(used_q.max()), int(used_k.max()), **used,
+                                     deterministic=deterministic, sinks=sinks_leaf, **options)
+    dout = poisoned_dout(out, cu_q, used_q, seed + 1)
+    out.backward(dout)
+    got = [t.grad for t in leaves] + ([sinks_leaf.grad] if sinks is not None else [])
+    return (q, k, v, dout, cu_q, cu_k, used_q, used_k), got
+
+
+def check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, sinks=None, seed=0):
+    """The gradients of cuda_backward against the reference on each sequence alone, by
+    the backward rule; rows of no sequence must get exactly 0."""
+    inputs, got = cuda_backward(dtype, heads, seqused, options, deterministic, sinks, seed)
+    cpu = [t.cpu() for t in inputs]
+    cpu_sinks = sinks.cpu() if sinks is not None else None
+    ref = packed_reference_grads(*cpu, dtype=torch.float32, sinks=cpu_sinks, **mask)
+    low = packed_reference_grads(*cpu, dtype=dtype, sinks=cpu_sinks, **mask)
+    for name, g, r, lo in zip(("dq", "dk", "dv", "dsinks"), got, ref, low):
+        assert g.shape == r.shape, name
+        check_close(name, g.cpu().float(), r.float(), lo.float(), factor=3.0)
+    _, _, _, _, cu_q, cu_k, used_q, used_k = cpu
+    for g, cu, used_rows in ((got[0], cu_q, used_q), (got[1], cu_k, used_k), (got[2], cu_k, used_k)):
+        g = g.cpu()
+        for b in range(len(used_rows)):
+            assert (g[int(cu[b]) + int(used_rows[b]) : int(cu[b + 1])] == 0).all()
+        assert (g[int(cu[-1]) :] == 0).all()
+    return got
+
+
+@needs_gpu_varlen_backward
+@pytest.mark.parametrize("options, mask", GPU_OPTIONS[:3], ids=["full", "causal", "window"])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2), (8, 1)], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("seqused", [False, True], ids=["all-rows", "seqused"])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["fast", "deterministic"])
+@pytest.mark.parametrize("dtype", BUILT_DTYPES)
+def test_cuda_backward_matches_the_reference(dtype, deterministic, seqused, heads, options, mask):
+    check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, seed=5)
+
+
+@needs_gpu_varlen_backward
+def test_cuda_backward_with_sinks_and_deterministic_repeats_bitwise():
+    dtype = BUILT_DTYPES[0]
+    sinks = torch.randn(8, generator=torch.Generator().manual_seed(4)).cuda()
+    options, mask = GPU_OPTIONS[1]
+    first = check_cuda_backward(dtype, (8, 2), True, options, mask, True, sinks=sinks, seed=13)
+    for _ in range(20):
+        _, again = cuda_backward(dtype, (8, 2), True, options, True, sinks, seed=13)
+        assert all(torch.equal(a, b) for a, b in zip(again, first))
+
+
 @needs_gpu_varlen
-def test_cuda_backward_is_refused():
-    q, k, v, cu_q, cu_k, _, _ = poisoned_gpu_batch(BUILT_DTYPES[0], BUILT_HEAD_DIMS[0], (4, 2), False, seed=3)
+def test_cuda_backward_of_other_head_dims_is_refused():
+    others = [d for d in BUILT_HEAD_DIMS if d != GPU_VARLEN_BWD_HEAD_DIM]
+    if not others:
+        pytest.skip(f"only head dim {GPU_VARLEN_BWD_HEAD_DIM} was built")
+    q, k, v, cu_q, cu_k, _, _ = poisoned_gpu_batch(BUILT_DTYPES[0], others[0], (4, 2), False, seed=3)
     q.requires_grad_()
     out = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, int(cu_q.diff().max()), int(cu_k.diff().max()))
-    with pytest.raises(NotImplementedError, match="backward of variable-length batches is not implemented on the GPU"):
+    with pytest.raises(NotImplementedError, match="cu_seqlens_q"):
         out.sum().backward()
 
 

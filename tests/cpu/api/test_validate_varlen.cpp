@@ -10,6 +10,7 @@
 
 #include "api/validate.h"
 #include "fa3/attention.h"
+#include "hopper/bwd_dispatch.h"
 #include "hopper/fwd_dispatch.h"
 #include "rule_case.h"
 #include "valid_args.h"
@@ -236,11 +237,12 @@ TEST(ValidateVarlen, DeviceTargetDoesNotReadTheIndexValues) {
   EXPECT_TRUE(s.is_ok()) << s.to_string();
 }
 
-// The GPU forward runs varlen only in a build with FA3_GPU_VARLEN; the backward refuses it
-// by name either way.
-TEST(ValidateVarlen, GpuTargetsRefuseVarlen) {
+// The GPU forward and backward run varlen only in a build with FA3_GPU_VARLEN (the
+// backward's dispatcher then refuses head dims whose kernels lack the varlen paths).
+TEST(ValidateVarlen, GpuTargetsFollowTheVarlenSwitch) {
   EXPECT_EQ(gpu_target().supports_varlen, hopper::fwd_varlen_enabled());
-  EXPECT_FALSE(gpu_backward_target().supports_varlen);
+  EXPECT_EQ(gpu_backward_target().supports_varlen, hopper::bwd_varlen_enabled());
+  EXPECT_EQ(hopper::bwd_varlen_enabled(), hopper::fwd_varlen_enabled());
   EXPECT_TRUE(cpu_target().supports_varlen);
 }
 

@@ -2,13 +2,17 @@
 // (hopper/bwd_workspace.h), checked on the host: every head dim's configuration fits
 // the registers and shared memory it launches with and splits its GEMMs evenly, and the
 // workspace's regions are aligned, disjoint, sized for what the kernels index and
-// zeroed where sums start.
+// zeroed where sums start; a varlen call's sequences get blocks of their own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "api/problem.h"
 #include "hopper/bwd_config.h"
+#include "hopper/bwd_dispatch.h"
 #include "hopper/bwd_workspace.h"
 
 namespace fa3::hopper {
@@ -89,6 +93,66 @@ TEST(BwdWorkspace, GrowsOnlyWithWhatTheCallNeeds) {
   EXPECT_GT(bwd_workspace_layout(shape(512, 512, 8, 2, 64), 128, 128, false).bytes, plain);
   EXPECT_GT(bwd_workspace_layout(shape(512, 512, 8, 8, 64), 128, 128, true).bytes, plain);
   EXPECT_EQ(bwd_workspace_layout(shape(513, 512, 8, 8, 64), 128, 128, false).m_blocks, 5);
+}
+
+// A varlen call's sequences (first_block): each sequence's blocks, as many as its rows
+// need, lie inside the head's q_blocks / k_blocks and after the previous sequence's,
+// whatever the lengths (0, 1, block multiples and not); dK/dV are summed in the
+// accumulators also without GQA; the grids' blocks are those of the longest sequence.
+TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
+  const std::vector<std::int64_t> lengths = {0, 1, 63, 64, 65, 127, 128, 129, 0, 3, 256, 1, 1000};
+  for (int block : {64, 80, 128}) {
+    std::int64_t total = 0, longest = 0;
+    for (std::int64_t n : lengths) {
+      total += n;
+      longest = std::max(longest, n);
+    }
+    const BwdShape s{static_cast<std::int64_t>(lengths.size()), longest, longest, 8, 8, 128, true, total + 37,
+                     total + 37};
+    const BwdWorkspace w = bwd_workspace_layout(s, block, block, true);
+    SCOPED_TRACE(testing::Message() << "block " << block);
+    EXPECT_TRUE(w.dkv_sums);
+    EXPECT_EQ(w.regions, 1);
+    EXPECT_EQ(w.m_blocks, (longest + block - 1) / block);
+    std::int64_t offset = 0, next_free = 0;
+    for (std::size_t b = 0; b < lengths.size(); ++b) {
+      const std::int64_t first = first_block(offset, static_cast<std::int64_t>(b), block);
+      const std::int64_t blocks = (lengths[b] + block - 1) / block;
+      EXPECT_GE(first, next_free) << "sequence " << b;
+      EXPECT_LE(first + blocks, w.q_blocks) << "sequence " << b;
+      EXPECT_LE(first + blocks, w.k_blocks) << "sequence " << b;
+      next_free = first + blocks;
+      offset += lengths[b];
+    }
+    EXPECT_GE(w.dpsum - w.lse_log2, static_cast<std::size_t>(8 * w.q_blocks * block) * 4);
+    EXPECT_GE(w.dv_accum - w.dk_accum, static_cast<std::size_t>(8 * w.k_blocks * block * 128) * 4);
+    EXPECT_GE(w.dkv_semaphore - w.dq_semaphore, static_cast<std::size_t>(8 * w.q_blocks) * 4);
+    EXPECT_GE(w.tile_counter - w.dkv_semaphore, static_cast<std::size_t>(8 * w.k_blocks) * 4);
+  }
+}
+
+// A varlen backward call runs on the general kernel, the one family that carries the
+// varlen paths (head dim 128), whatever its mask; a fixed-length call on its own family.
+TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernel) {
+  for (int d : kHeadDims) {
+    EXPECT_FALSE(bwd_family_carries_varlen(d, false)) << d;
+    EXPECT_EQ(bwd_family_carries_varlen(d, true), d == 128) << d;
+    EXPECT_EQ(bwd_runs_varlen(d), bwd_varlen_enabled() && d == 128) << d;
+  }
+  for (bool causal : {false, true}) {
+    Problem p;
+    p.batch = 2;
+    p.seqlen_q = p.seqlen_k = 1000;
+    p.nheads_q = p.nheads_kv = 4;
+    p.head_dim = p.head_dim_v = 128;
+    p.softmax_scale = 0.1f;
+    p.causal = causal;
+    p.window_right = causal ? 0 : -1;
+    const MaskKind own = causal ? MaskKind::kCausal : MaskKind::kPlain;
+    EXPECT_EQ(bwd_mask_kind(p, 128), own);
+    p.varlen = true;
+    EXPECT_EQ(bwd_mask_kind(p, 128), MaskKind::kGeneral);
+  }
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The GPU entry points refuse a variable-length call, whose arguments are otherwise
-// valid and in device memory, with kNotSupported naming cu_seqlens_q, and write nothing:
-// the backward always (no backward kernel reads cu_seqlens yet), the forward in a build
-// with the GPU varlen forward switched off (FA3_GPU_VARLEN; with it on,
-// tests/gpu/hopper/test_fwd_varlen.cpp runs it). fa3::cpu runs varlen calls.
+// valid and in device memory, with kNotSupported naming cu_seqlens_q, and write nothing,
+// in a build with the GPU varlen paths switched off (FA3_GPU_VARLEN; with it on,
+// tests/gpu/hopper/test_fwd_varlen.cpp and test_bwd_varlen.cpp run them). fa3::cpu runs
+// varlen calls.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -114,6 +114,7 @@ TEST(GpuVarlen, ForwardRefusesAndWritesNothing) {
 TEST(GpuVarlen, BackwardAndItsSizeQueryRefuseAndWriteNothing) {
   FA3_REQUIRE_HOPPER();
   if (hopper::bwd_dtypes().empty()) GTEST_SKIP() << "no backward kernels were built";
+  if (hopper::bwd_varlen_enabled()) GTEST_SKIP() << "the GPU varlen backward is switched on (FA3_GPU_VARLEN)";
   DeviceVarlen d(hopper::bwd_dtypes().front(), hopper::bwd_head_dims().front());
   const std::vector<std::uint8_t> dq_before = d.dq.to_host(), dk_before = d.dk.to_host(), dv_before = d.dv.to_host();
   std::size_t bytes = 0;
