@@ -120,6 +120,18 @@ def attention_backward(
     """Returns (dq, dk, dv, dsinks), each gradient shaped like its input (dout like out,
     of v's head dim), for the forward call with the same sinks and options; dsinks is
     empty (0 elements) when sinks is None, since an op cannot return None."""
+    return _run_backward(
+        dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
+        attention_chunk,
+    )
+
+
+def _run_backward(
+    dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
+    attention_chunk, **index
+):
+    """Allocates (dq, dk, dv, dsinks) like q, k, v and sinks and runs the extension's
+    backward into them; `index` carries a varlen call's index tensors and bounds."""
     dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
     dsinks = _dsinks_like(q, sinks)
     tensors = (dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dq, dk, dv)
@@ -133,6 +145,7 @@ def attention_backward(
         "softcap": softcap,
         "deterministic": deterministic,
         "attention_chunk": attention_chunk,
+        **index,
     }
     call(_C.backward, *tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
     return dq, dk, dv, dsinks

@@ -15,9 +15,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _C
-from ._handoff import call
-from ._torch_ops import _backward_workspace, _detached, _dsinks_like, _out_dtype, _placement, _run_forward
+from ._torch_ops import _dsinks_like, _out_dtype, _run_backward, _run_forward
 
 
 def _varlen_outputs(q, v):
@@ -107,23 +105,11 @@ def varlen_backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv, dsinks) in q's, k's and v's packed shapes; dsinks is empty
     (0 elements) when sinks is None. Rows of no sequence get zero gradients."""
-    dq, dk, dv = (t.new_empty(t.shape) for t in (q, k, v))
-    dsinks = _dsinks_like(q, sinks)
-    tensors = (dout.detach(), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), dq, dk, dv)
-    options = {
-        "sinks": _detached(sinks),
-        "dsinks": dsinks if sinks is not None else None,
-        "softmax_scale": softmax_scale,
-        "causal": causal,
-        "window_left": window_left,
-        "window_right": window_right,
-        "softcap": softcap,
-        "deterministic": deterministic,
-        "attention_chunk": attention_chunk,
+    return _run_backward(
+        dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
+        attention_chunk,
         **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
-    }
-    call(_C.backward, *tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
-    return dq, dk, dv, dsinks
+    )
 
 
 @varlen_backward.register_fake
