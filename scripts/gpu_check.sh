@@ -8,12 +8,18 @@
 #   scripts/gpu_check.sh --out DIR (--cutlass INCLUDE_DIR | --cutlass-tarball FILE)
 #       [--head-dims "64;128"] [--dtypes "bf16"] [--build-dir DIR]
 #       [--tests REGEX] [--test-timeout S] [--no-tests] [--no-python] [--no-sanitizer]
-#       [--no-bench] [--bench-args "..."]
+#       [--no-bench] [--bench-args "..."] [--cmake-args "..."]
+#
+# --cmake-args passes options to the configure step, e.g. the build switches of the
+# paths that are off until verified on a GPU:
+#   --cmake-args "-DFA3_GPU_VARLEN=ON -DFA3_GPU_KVCACHE=ON -DFA3_GPU_FP8=ON"
+# (their tests then run with the rest: test_gpu_hopper_varlen, _bwd_varlen, _kvcache,
+# _fp8, and the Python tests that follow fa3.build_info()).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out="" cutlass="" tarball="" head_dims="64;96;128;192;256" dtypes="fp16;bf16" build_dir="build-gpu"
-tests_regex="" test_timeout=600 run_tests=1 run_python=1 run_sanitizer=1 run_bench=1 bench_args=""
+tests_regex="" test_timeout=600 run_tests=1 run_python=1 run_sanitizer=1 run_bench=1 bench_args="" cmake_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -29,7 +35,8 @@ while [ $# -gt 0 ]; do
     --no-sanitizer) run_sanitizer=0; shift ;;
     --no-bench) run_bench=0; shift ;;
     --bench-args) bench_args=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --cmake-args) cmake_args=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -62,7 +69,7 @@ python3 -c "import torch" >/dev/null 2>&1 && has_torch=1
 jobs=$(nproc)
 step configure "$out/build.log" cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DFA3_CUTLASS_INCLUDE="$cutlass" -DFA3_HEAD_DIMS="$head_dims" -DFA3_DTYPES="$dtypes" -DFA3_PTXAS_VERBOSE=ON \
-  -DFA3_BUILD_PYTHON=$([ $run_python -eq 1 ] && echo ON || echo OFF)
+  -DFA3_BUILD_PYTHON=$([ $run_python -eq 1 ] && echo ON || echo OFF) $cmake_args
 if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
   cat "$out/build-steps.log" >>"$out/build.log"
   rm -f "$out/build-steps.log"
