@@ -22,23 +22,12 @@
 #include "fa3/fa3.h"
 #include "hopper/bwd_dispatch.h"
 #include "hopper/fwd_dispatch.h"
+#include "hopper/varlen_batch.h"
 #include "reference/cuda_reference.h"
 #include "reference/varlen.h"
 
 namespace fa3::test {
 namespace {
-
-// One sequence of a mix: its allocated rows and, with seqused, the rows used.
-struct SeqSpec {
-  std::int32_t q_rows, k_rows;
-  std::int32_t q_used = -1, k_used = -1;  // -1: all rows (no seqused)
-};
-
-struct Mix {
-  const char* name;
-  std::vector<SeqSpec> seqs;
-  bool seqused = false;
-};
 
 // Lengths 0, 1, odd ones and multiples of the backward's blocks (64 query rows, 128
 // keys at head dim 128), on both sides, so that sequences start and end on and off block
@@ -57,34 +46,17 @@ std::vector<Mix> mixes() {
 // The packed batch of a mix on the device: q, k, v and dout random with NaN in every row
 // no sequence uses (and kTailRows of them past the last sequence); out and lse from the
 // GPU varlen forward; dq, dk, dv NaN, each with a NaN margin after it.
-struct PackedBatch {
-  static constexpr std::int64_t kTailRows = 37;
+struct PackedBatch : VarlenIndex {
   static constexpr std::int64_t kMargin = 256;
   DType dtype;
   std::int64_t d, heads_q, heads_kv;
-  std::vector<std::int32_t> cu_q, cu_k, used_q, used_k;
-  std::int64_t total_q = 0, total_k = 0;
-  int max_q = 0, max_k = 0;
   DeviceBuffer q, k, v, out, lse, dout, dq, dk, dv, dsinks, sinks, workspace;
-  DeviceBuffer cu_q_dev, cu_k_dev, used_q_dev, used_k_dev;
   BackwardArgs args;
   std::vector<std::uint8_t> dq_poison, dk_poison, dv_poison;
 
   PackedBatch(DType dt, std::int64_t head_dim, std::int64_t hq, std::int64_t hkv, const Mix& mix, std::uint64_t seed,
               const AttentionOptions& options, bool with_sinks, bool deterministic)
-      : dtype(dt), d(head_dim), heads_q(hq), heads_kv(hkv) {
-    cu_q.push_back(0);
-    cu_k.push_back(0);
-    for (const SeqSpec& s : mix.seqs) {
-      cu_q.push_back(cu_q.back() + s.q_rows);
-      cu_k.push_back(cu_k.back() + s.k_rows);
-      used_q.push_back(s.q_used < 0 ? s.q_rows : s.q_used);
-      used_k.push_back(s.k_used < 0 ? s.k_rows : s.k_used);
-      max_q = std::max<int>(max_q, used_q.back());
-      max_k = std::max<int>(max_k, used_k.back());
-    }
-    total_q = cu_q.back() + kTailRows;
-    total_k = cu_k.back() + kTailRows;
+      : VarlenIndex(mix), dtype(dt), d(head_dim), heads_q(hq), heads_kv(hkv) {
     q = rows(total_q, heads_q);
     k = rows(total_k, heads_kv);
     v = rows(total_k, heads_kv);
@@ -98,25 +70,10 @@ struct PackedBatch {
     fill_normal(k.get(), dtype, total_k * heads_kv * d, seed + 2);
     fill_normal(v.get(), dtype, total_k * heads_kv * d, seed + 3);
     fill_normal(dout.get(), dtype, total_q * heads_q * d, seed + 4);
-    poison_unused(q, cu_q, used_q, total_q, heads_q);
-    poison_unused(k, cu_k, used_k, total_k, heads_kv);
-    poison_unused(v, cu_k, used_k, total_k, heads_kv);
-    poison_unused(dout, cu_q, used_q, total_q, heads_q);
-
-    cu_q_dev = upload(cu_q);
-    cu_k_dev = upload(cu_k);
-    const std::int64_t batch = static_cast<std::int64_t>(mix.seqs.size());
-    VarlenArgs varlen;
-    varlen.cu_seqlens_q = TensorView::contiguous(cu_q_dev.get(), DType::kInt32, {batch + 1});
-    varlen.cu_seqlens_k = TensorView::contiguous(cu_k_dev.get(), DType::kInt32, {batch + 1});
-    if (mix.seqused) {
-      used_q_dev = upload(used_q);
-      used_k_dev = upload(used_k);
-      varlen.seqused_q = TensorView::contiguous(used_q_dev.get(), DType::kInt32, {batch});
-      varlen.seqused_k = TensorView::contiguous(used_k_dev.get(), DType::kInt32, {batch});
-    }
-    varlen.max_seqlen_q = max_q;
-    varlen.max_seqlen_k = max_k;
+    poison_unused(q, dtype, d, cu_q, used_q, total_q, heads_q);
+    poison_unused(k, dtype, d, cu_k, used_k, total_k, heads_kv);
+    poison_unused(v, dtype, d, cu_k, used_k, total_k, heads_kv);
+    poison_unused(dout, dtype, d, cu_q, used_q, total_q, heads_q);
 
     ForwardArgs fwd;
     fwd.q = view(q, total_q, heads_q);
@@ -127,19 +84,14 @@ struct PackedBatch {
     fwd.options = options;
     fwd.varlen = varlen;
     if (with_sinks) {
-      std::vector<float> host(static_cast<std::size_t>(heads_q));
-      for (std::int64_t h = 0; h < heads_q; ++h) {
-        host[static_cast<std::size_t>(h)] = 0.25f * static_cast<float>(h) - 1.f;
-      }
-      sinks = DeviceBuffer(host.size() * sizeof(float));
-      EXPECT_EQ(cudaMemcpy(sinks.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+      sinks = sink_logits(heads_q);
       fwd.sinks = TensorView::contiguous(sinks.get(), DType::kFloat32, {heads_q});
     }
     const Status forward_status = forward(fwd, nullptr);
     EXPECT_TRUE(forward_status.is_ok()) << forward_status.to_string();
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     // out's rows of no sequence are 0 after the forward; NaN there must not reach dq.
-    poison_unused(out, cu_q, used_q, total_q, heads_q);
+    poison_unused(out, dtype, d, cu_q, used_q, total_q, heads_q);
 
     args.q = fwd.q;
     args.k = fwd.k;
@@ -188,37 +140,6 @@ struct PackedBatch {
   TensorView view(const DeviceBuffer& b, std::int64_t total, std::int64_t heads) const {
     return TensorView::contiguous(b.get(), dtype, {total, heads, d});
   }
-  static DeviceBuffer upload(const std::vector<std::int32_t>& values) {
-    DeviceBuffer b(values.size() * sizeof(std::int32_t));
-    EXPECT_EQ(cudaMemcpy(b.get(), values.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    return b;
-  }
-  // NaN in the rows past each sequence's used ones, past the last sequence, and in the
-  // margin.
-  void poison_unused(DeviceBuffer& b, const std::vector<std::int32_t>& cu, const std::vector<std::int32_t>& used,
-                     std::int64_t total, std::int64_t heads) const {
-    const std::int64_t row = heads * d;
-    char* base = static_cast<char*>(b.get());
-    const std::size_t bytes = dtype_size(dtype);
-    for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
-      const std::int64_t begin = cu[s] + used[s], end = cu[s + 1];
-      if (end > begin) fill_nan(base + begin * row * bytes, dtype, (end - begin) * row);
-    }
-    fill_nan(base + cu.back() * row * bytes, dtype, (total - cu.back()) * row);
-    fill_nan(base + total * row * bytes, dtype, elements(b) - total * row);
-  }
-
-  // The sequences as the CPU-side helpers read them (host copies of the index tensors).
-  std::vector<reference::Sequence> sequences() const {
-    VarlenArgs host;
-    const std::int64_t batch = static_cast<std::int64_t>(used_q.size());
-    host.cu_seqlens_q = TensorView::contiguous(const_cast<std::int32_t*>(cu_q.data()), DType::kInt32, {batch + 1});
-    host.cu_seqlens_k = TensorView::contiguous(const_cast<std::int32_t*>(cu_k.data()), DType::kInt32, {batch + 1});
-    host.seqused_q = TensorView::contiguous(const_cast<std::int32_t*>(used_q.data()), DType::kInt32, {batch});
-    host.seqused_k = TensorView::contiguous(const_cast<std::int32_t*>(used_k.data()), DType::kInt32, {batch});
-    return reference::varlen_sequences(host);
-  }
-
   // Sequence s as a fixed-length backward call of batch 1 (views into the packed
   // tensors), without sinks' gradient (the call's sums over every sequence).
   BackwardArgs sequence_args(const reference::Sequence& s) const {

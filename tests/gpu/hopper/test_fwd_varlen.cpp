@@ -21,23 +21,12 @@
 #include "common/gpu_test_util.h"
 #include "fa3/fa3.h"
 #include "hopper/fwd_dispatch.h"
+#include "hopper/varlen_batch.h"
 #include "reference/cuda_reference.h"
 #include "reference/varlen.h"
 
 namespace fa3::test {
 namespace {
-
-// One sequence of a mix: its allocated rows and, with seqused, the rows used.
-struct SeqSpec {
-  std::int32_t q_rows, k_rows;
-  std::int32_t q_used = -1, k_used = -1;  // -1: all rows (no seqused)
-};
-
-struct Mix {
-  const char* name;
-  std::vector<SeqSpec> seqs;
-  bool seqused = false;
-};
 
 // Lengths 0, 1, odd ones and multiples of the tiles (64, 80, 128, 176 and 256 rows), on
 // both sides, so that sequences start and end on and off block boundaries; keys empty
@@ -55,33 +44,17 @@ std::vector<Mix> mixes() {
 // The packed batch of a mix on the device: q, k, v with NaN in every row no sequence
 // uses (and `kTailRows` of them past the last sequence), out and lse NaN, each with a
 // NaN margin after it.
-struct PackedBatch {
-  static constexpr std::int64_t kTailRows = 37;
+struct PackedBatch : VarlenIndex {
   static constexpr std::int64_t kMargin = 256;
   DType dtype;
   std::int64_t d, heads_q, heads_kv;
-  std::vector<std::int32_t> cu_q, cu_k, used_q, used_k;
-  std::int64_t total_q = 0, total_k = 0;
-  int max_q = 0, max_k = 0;
-  DeviceBuffer q, k, v, out, lse, cu_q_dev, cu_k_dev, used_q_dev, used_k_dev;
+  DeviceBuffer q, k, v, out, lse;
   DeviceBuffer sinks;
   ForwardArgs args;
 
   PackedBatch(DType dt, std::int64_t head_dim, std::int64_t hq, std::int64_t hkv, const Mix& mix, std::uint64_t seed,
               const AttentionOptions& options, bool with_sinks)
-      : dtype(dt), d(head_dim), heads_q(hq), heads_kv(hkv) {
-    cu_q.push_back(0);
-    cu_k.push_back(0);
-    for (const SeqSpec& s : mix.seqs) {
-      cu_q.push_back(cu_q.back() + s.q_rows);
-      cu_k.push_back(cu_k.back() + s.k_rows);
-      used_q.push_back(s.q_used < 0 ? s.q_rows : s.q_used);
-      used_k.push_back(s.k_used < 0 ? s.k_rows : s.k_used);
-      max_q = std::max<int>(max_q, used_q.back());
-      max_k = std::max<int>(max_k, used_k.back());
-    }
-    total_q = cu_q.back() + kTailRows;
-    total_k = cu_k.back() + kTailRows;
+      : VarlenIndex(mix), dtype(dt), d(head_dim), heads_q(hq), heads_kv(hkv) {
     q = rows(total_q, heads_q);
     k = rows(total_k, heads_kv);
     v = rows(total_k, heads_kv);
@@ -90,35 +63,19 @@ struct PackedBatch {
     fill_normal(q.get(), dtype, total_q * heads_q * d, seed + 1);
     fill_normal(k.get(), dtype, total_k * heads_kv * d, seed + 2);
     fill_normal(v.get(), dtype, total_k * heads_kv * d, seed + 3);
-    poison_unused(q, cu_q, used_q, total_q, heads_q);
-    poison_unused(k, cu_k, used_k, total_k, heads_kv);
-    poison_unused(v, cu_k, used_k, total_k, heads_kv);
+    poison_unused(q, dtype, d, cu_q, used_q, total_q, heads_q);
+    poison_unused(k, dtype, d, cu_k, used_k, total_k, heads_kv);
+    poison_unused(v, dtype, d, cu_k, used_k, total_k, heads_kv);
 
-    cu_q_dev = upload(cu_q);
-    cu_k_dev = upload(cu_k);
     args.q = view(q, total_q, heads_q);
     args.k = view(k, total_k, heads_kv);
     args.v = view(v, total_k, heads_kv);
     args.out = view(out, total_q, heads_q);
     args.lse = TensorView::contiguous(lse.get(), DType::kFloat32, {heads_q, total_q});
     args.options = options;
-    const std::int64_t batch = static_cast<std::int64_t>(mix.seqs.size());
-    args.varlen.cu_seqlens_q = TensorView::contiguous(cu_q_dev.get(), DType::kInt32, {batch + 1});
-    args.varlen.cu_seqlens_k = TensorView::contiguous(cu_k_dev.get(), DType::kInt32, {batch + 1});
-    if (mix.seqused) {
-      used_q_dev = upload(used_q);
-      used_k_dev = upload(used_k);
-      args.varlen.seqused_q = TensorView::contiguous(used_q_dev.get(), DType::kInt32, {batch});
-      args.varlen.seqused_k = TensorView::contiguous(used_k_dev.get(), DType::kInt32, {batch});
-    }
-    args.varlen.max_seqlen_q = max_q;
-    args.varlen.max_seqlen_k = max_k;
+    args.varlen = varlen;
     if (with_sinks) {
-      std::vector<float> host(static_cast<std::size_t>(heads_q));
-      for (std::int64_t h = 0; h < heads_q; ++h)
-        host[static_cast<std::size_t>(h)] = 0.25f * static_cast<float>(h) - 1.f;
-      sinks = DeviceBuffer(host.size() * sizeof(float));
-      EXPECT_EQ(cudaMemcpy(sinks.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+      sinks = sink_logits(heads_q);
       args.sinks = TensorView::contiguous(sinks.get(), DType::kFloat32, {heads_q});
     }
     reset_outputs();
@@ -141,38 +98,6 @@ struct PackedBatch {
   }
   TensorView view(const DeviceBuffer& b, std::int64_t total, std::int64_t heads) const {
     return TensorView::contiguous(b.get(), dtype, {total, heads, d});
-  }
-  static DeviceBuffer upload(const std::vector<std::int32_t>& values) {
-    DeviceBuffer b(values.size() * sizeof(std::int32_t));
-    EXPECT_EQ(cudaMemcpy(b.get(), values.data(), b.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    return b;
-  }
-  // NaN in the rows past each sequence's used ones and past the last sequence.
-  void poison_unused(DeviceBuffer& b, const std::vector<std::int32_t>& cu, const std::vector<std::int32_t>& used,
-                     std::int64_t total, std::int64_t heads) const {
-    const std::int64_t row = heads * d;
-    char* base = static_cast<char*>(b.get());
-    const std::size_t bytes = dtype_size(dtype);
-    for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
-      const std::int64_t begin = cu[s] + used[s], end = cu[s + 1];
-      if (end > begin) fill_nan(base + begin * row * bytes, dtype, (end - begin) * row);
-    }
-    fill_nan(base + cu.back() * row * bytes, dtype, (total - cu.back()) * row);
-    poison_margin(b, total * row);
-  }
-  void poison_margin(DeviceBuffer& b, std::int64_t used_elements) const {
-    fill_nan(static_cast<char*>(b.get()) + used_elements * dtype_size(dtype), dtype, elements(b) - used_elements);
-  }
-
-  // The sequences as the CPU-side helpers read them (host copies of the index tensors).
-  std::vector<reference::Sequence> sequences() const {
-    VarlenArgs host;
-    const std::int64_t batch = static_cast<std::int64_t>(used_q.size());
-    host.cu_seqlens_q = TensorView::contiguous(const_cast<std::int32_t*>(cu_q.data()), DType::kInt32, {batch + 1});
-    host.cu_seqlens_k = TensorView::contiguous(const_cast<std::int32_t*>(cu_k.data()), DType::kInt32, {batch + 1});
-    host.seqused_q = TensorView::contiguous(const_cast<std::int32_t*>(used_q.data()), DType::kInt32, {batch});
-    host.seqused_k = TensorView::contiguous(const_cast<std::int32_t*>(used_k.data()), DType::kInt32, {batch});
-    return reference::varlen_sequences(host);
   }
 };
 
