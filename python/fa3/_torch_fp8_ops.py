@@ -12,9 +12,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _C
-from ._handoff import call
-from ._torch_ops import _forward_outputs, _placement
+from ._torch_ops import _forward_outputs, _run_forward
 
 
 @torch.library.custom_op("fa3::fwd_fp8", mutates_args=())
@@ -38,31 +36,11 @@ def attention_forward_fp8(
     attention_chunk: int,
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse); the scales' shapes and meaning are fa3/attention.h's Fp8Args."""
-    out, lse = _forward_outputs(q, v)
-    call(
-        _C.forward,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        sinks=sinks,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        attention_chunk=attention_chunk,
-        q_descale=q_descale,
-        k_descale=k_descale,
-        v_descale=v_descale,
-        q_block_scale=q_block_scale,
-        k_block_scale=k_block_scale,
-        v_block_scale=v_block_scale,
-        block_rows=block_rows,
-        **_placement(q),
+    return _run_forward(
+        q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
+        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, q_block_scale=q_block_scale,
+        k_block_scale=k_block_scale, v_block_scale=v_block_scale, block_rows=block_rows,
     )
-    return out, lse
 
 
 @attention_forward_fp8.register_fake

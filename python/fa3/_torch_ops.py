@@ -38,11 +38,11 @@ def _detached(t):
 
 
 def _run_forward(
-    q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk, outputs=None, **index
+    q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk, outputs=None, **extra
 ):
     """Allocates (out, lse) (by `outputs(q, v)`, the fixed-length shapes by default) and
-    runs the extension's forward into them; `index` carries a varlen call's index
-    tensors and bounds."""
+    runs the extension's forward into them; `extra` carries the extension's other
+    keywords: a varlen call's index tensors and bounds, an FP8 call's scales."""
     q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
     out, lse = (outputs or _forward_outputs)(q, v)
     call(
@@ -59,7 +59,7 @@ def _run_forward(
         window_right=window_right,
         softcap=softcap,
         attention_chunk=attention_chunk,
-        **index,
+        **extra,
         **_placement(q),
     )
     return out, lse
