@@ -69,6 +69,14 @@ def init(rank, world_size, port):
     )
 
 
+def leave():
+    """Tears the world down once every rank is done with it: a rank that destroys its
+    process group (closing its connections) while a peer still completes work with it
+    can make that peer's transport threads abort the process."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def full_inputs(world_size, nheads, nheads_k, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
     seqlen = SHARD * world_size
@@ -119,7 +127,7 @@ def all_cases_worker(rank, world_size, port):
         if rank < size:
             for seed, case in enumerate(CASES):
                 check_case(rank, size, groups[size], *case, seed)
-    dist.destroy_process_group()
+    leave()
 
 
 def test_equal_to_one_process_on_2_3_and_4_ranks():
@@ -155,7 +163,7 @@ def errors_worker(rank, world_size, port):
         groups = [dist.new_group([r]) for r in range(world_size)]
         out = fn(q, q, q, causal=True, group=groups[rank])
         torch.testing.assert_close(out, fa3.flash_attn_func(q, q, q, causal=True))
-    dist.destroy_process_group()
+    leave()
 
 
 def test_errors_are_raised_on_every_rank():
