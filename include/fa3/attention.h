@@ -78,8 +78,8 @@
 // dims up to 256, plain and causal masks (no window, softcap or chunk), block_rows 128,
 // with block scales finite and > 0 (as fp8::quantize writes them), out bf16 or fp16 as
 // built (FA3_DTYPES). As FP8 wgmma reads V with its keys contiguous, the call first
-// writes V transposed into a buffer it allocates and frees on the stream
-// (cudaMallocAsync / cudaFreeAsync, which CUDA graph capture records).
+// writes V transposed into the caller's workspace (ForwardArgs::workspace, of
+// forward_workspace_size() bytes).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -157,6 +157,14 @@ struct ForwardArgs {
   AttentionOptions options;
   VarlenArgs varlen;  // optional: a variable-length batch (see above)
   Fp8Args fp8;        // scales of e4m3 q, k, v (see above)
+  // Device scratch memory of the GPU path, owned by the caller: at least
+  // forward_workspace_size() bytes, 256-byte aligned. FP8 calls need it (V transposed);
+  // every other call needs 0 bytes, and may leave it null. Its contents on entry do not
+  // matter, and it is the caller's again once the call's work on the stream is done: no
+  // memory is allocated inside a call, so a captured CUDA graph replays without
+  // allocating. Ignored by the CPU path.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 struct BackwardArgs {
@@ -190,6 +198,12 @@ struct BackwardArgs {
 // All pointers must be device memory of the current device. On any rejection no
 // output is touched and nothing is enqueued.
 Status forward(const ForwardArgs& args, cudaStream_t stream);
+
+// The workspace fa3::forward needs for `args`, in bytes (0 for all but FP8 calls).
+// Validates `args` as forward() does, except the workspace and where the pointers live,
+// so it can be asked before the workspace exists; reads no tensor data and enqueues
+// nothing.
+Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes);
 
 // Backward pass on the current CUDA device (a Hopper GPU), enqueued on `stream`: writes
 // dq, dk and dv (and dsinks when given). args.out and args.lse are the forward pass's.

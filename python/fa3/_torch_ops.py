@@ -45,24 +45,29 @@ def _run_forward(
     keywords: a varlen call's index tensors and bounds, an FP8 call's scales."""
     q, k, v, sinks = (_detached(t) for t in (q, k, v, sinks))
     out, lse = (outputs or _forward_outputs)(q, v)
-    call(
-        _C.forward,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        sinks=sinks,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_left=window_left,
-        window_right=window_right,
-        softcap=softcap,
-        attention_chunk=attention_chunk,
+    options = {
+        "sinks": sinks,
+        "softmax_scale": softmax_scale,
+        "causal": causal,
+        "window_left": window_left,
+        "window_right": window_right,
+        "softcap": softcap,
+        "attention_chunk": attention_chunk,
         **extra,
-        **_placement(q),
-    )
+    }
+    workspace = _forward_workspace(q, k, v, out, lse, options)
+    call(_C.forward, q, k, v, out, lse, **options, workspace=workspace, **_placement(q))
     return out, lse
+
+
+def _forward_workspace(q, k, v, out, lse, options):
+    """The scratch memory of a GPU FP8 call (V transposed), from torch's allocator (see
+    _backward_workspace); None for every other call, which needs none: the size query
+    is only asked where the answer can be other than 0."""
+    if q.device.type != "cuda" or q.dtype != torch.float8_e4m3fn:
+        return None
+    nbytes = call(_C.forward_workspace_size, q, k, v, out, lse, **options)
+    return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
 
 
 def _placement(t):

@@ -2,7 +2,7 @@
 //
 // Framework-neutral on purpose: tensors arrive through DLPack (PyTorch, NumPy, CuPy,
 // JAX...), the caller's CUDA stream arrives as an integer, and outputs (and the
-// backward pass's workspace) are allocated by the caller. Host tensors run
+// workspaces of the GPU paths) are allocated by the caller. Host tensors run
 // fa3::cpu::*, CUDA tensors fa3::* on their own device.
 // A rejected call raises ValueError (invalid argument), NotImplementedError (not
 // supported) or RuntimeError (CUDA or internal error) with the library's message.
@@ -84,16 +84,13 @@ struct Fp8Inputs {
   }
 };
 
-void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
-             const std::optional<OutArray>& lse, const std::optional<InArray>& sinks, float softmax_scale, bool causal,
-             int window_left, int window_right, float softcap, int attention_chunk, std::uintptr_t stream,
-             int num_threads, const std::optional<InArray>& cu_seqlens_q, const std::optional<InArray>& cu_seqlens_k,
-             const std::optional<InArray>& seqused_q, const std::optional<InArray>& seqused_k, int max_seqlen_q,
-             int max_seqlen_k, const std::optional<InArray>& q_descale, const std::optional<InArray>& k_descale,
-             const std::optional<InArray>& v_descale, const std::optional<InArray>& q_block_scale,
-             const std::optional<InArray>& k_block_scale, const std::optional<InArray>& v_block_scale,
-             int block_rows) {
-  Placement where;
+// The tensors and options of a forward call; `where` learns their device. The size
+// query writes nothing, so it takes out and lse read-only (Out = InArray).
+template <class Out>
+ForwardArgs forward_args(const InArray& q, const InArray& k, const InArray& v, const Out& out,
+                         const std::optional<Out>& lse, const std::optional<InArray>& sinks, float softmax_scale,
+                         bool causal, int window_left, int window_right, float softcap, int attention_chunk,
+                         const VarlenInputs& varlen, const Fp8Inputs& fp8, Placement& where) {
   ForwardArgs args;
   args.q = to_view("q", q, where);
   args.k = to_view("k", k, where);
@@ -102,10 +99,32 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
   if (lse) args.lse = to_view("lse", *lse, where);
   if (sinks) args.sinks = to_view("sinks", *sinks, where);
   args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
-  args.varlen =
-      VarlenInputs{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k}.to_args(where);
-  args.fp8 = Fp8Inputs{q_descale, k_descale, v_descale, q_block_scale, k_block_scale, v_block_scale, block_rows}
-                 .to_args(where);
+  args.varlen = varlen.to_args(where);
+  args.fp8 = fp8.to_args(where);
+  return args;
+}
+
+void forward(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
+             const std::optional<OutArray>& lse, const std::optional<InArray>& sinks, float softmax_scale, bool causal,
+             int window_left, int window_right, float softcap, int attention_chunk,
+             const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads,
+             const std::optional<InArray>& cu_seqlens_q, const std::optional<InArray>& cu_seqlens_k,
+             const std::optional<InArray>& seqused_q, const std::optional<InArray>& seqused_k, int max_seqlen_q,
+             int max_seqlen_k, const std::optional<InArray>& q_descale, const std::optional<InArray>& k_descale,
+             const std::optional<InArray>& v_descale, const std::optional<InArray>& q_block_scale,
+             const std::optional<InArray>& k_block_scale, const std::optional<InArray>& v_block_scale,
+             int block_rows) {
+  Placement where;
+  ForwardArgs args = forward_args(
+      q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
+      VarlenInputs{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k},
+      Fp8Inputs{q_descale, k_descale, v_descale, q_block_scale, k_block_scale, v_block_scale, block_rows}, where);
+  // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
+  if (workspace && where.on_cuda()) {
+    const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
+    args.workspace = buffer.data;
+    args.workspace_bytes = buffer.bytes;
+  }
 
   Status status;
   {
@@ -117,6 +136,28 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
     }
   }
   raise_if_error(status);
+}
+
+std::size_t forward_workspace_size(const InArray& q, const InArray& k, const InArray& v, const InArray& out,
+                                   const std::optional<InArray>& lse, const std::optional<InArray>& sinks,
+                                   float softmax_scale, bool causal, int window_left, int window_right, float softcap,
+                                   int attention_chunk, const std::optional<InArray>& cu_seqlens_q,
+                                   const std::optional<InArray>& cu_seqlens_k, const std::optional<InArray>& seqused_q,
+                                   const std::optional<InArray>& seqused_k, int max_seqlen_q, int max_seqlen_k,
+                                   const std::optional<InArray>& q_descale, const std::optional<InArray>& k_descale,
+                                   const std::optional<InArray>& v_descale, const std::optional<InArray>& q_block_scale,
+                                   const std::optional<InArray>& k_block_scale,
+                                   const std::optional<InArray>& v_block_scale, int block_rows) {
+  Placement where;
+  const ForwardArgs args = forward_args(
+      q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
+      VarlenInputs{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k},
+      Fp8Inputs{q_descale, k_descale, v_descale, q_block_scale, k_block_scale, v_block_scale, block_rows}, where);
+  // The CPU path takes no workspace.
+  if (where.on_host()) return 0;
+  std::size_t bytes = 0;
+  raise_if_error(fa3::forward_workspace_size(args, &bytes));
+  return bytes;
 }
 
 // The tensors and options of a backward call; `where` learns their device. The size
@@ -300,23 +341,36 @@ NB_MODULE(_C, m) {
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "sinks"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "attention_chunk"_a = 0, "stream"_a = 0, "num_threads"_a = 0, "cu_seqlens_q"_a.none() = nb::none(),
-        "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(),
-        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "q_descale"_a.none() = nb::none(),
-        "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(), "q_block_scale"_a.none() = nb::none(),
-        "k_block_scale"_a.none() = nb::none(), "v_block_scale"_a.none() = nb::none(), "block_rows"_a = 128,
+        "attention_chunk"_a = 0, "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
+        "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(),
+        "seqused_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
+        "q_descale"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(),
+        "q_block_scale"_a.none() = nb::none(), "k_block_scale"_a.none() = nb::none(),
+        "v_block_scale"_a.none() = nb::none(), "block_rows"_a = 128,
         "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k\n"
         "(batch, seqlen_k, nheads_kv, head_dim); v (batch, seqlen_k, nheads_kv, head_dim_v); out (batch, seqlen_q,\n"
         "nheads, head_dim_v); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
         "attention-sink logit per query head (nheads,); lse then includes the sink. softmax_scale 0 means\n"
         "1/sqrt(head_dim). stream: the CUDA stream (as an integer) for CUDA tensors; num_threads: the CPU\n"
         "path's thread count (0: all cores). Each is ignored on the other path. Variable-length batches\n"
-        "(host tensors only for now): cu_seqlens_q and cu_seqlens_k, int32 (batch + 1), with optional seqused_q\n"
-        "and seqused_k, int32 (batch), and max_seqlen_q / max_seqlen_k; q, k, v and out are then (total, nheads,\n"
-        "head_dim) and lse (nheads, total_q), as in FlashAttention-3's flash_attn_varlen_func. FP8: e4m3 q, k, v\n"
-        "with a bf16 or fp16 out, and optional fp32 scales: q/k/v_descale (batch, nheads_kv), and block scales\n"
-        "q_block_scale (batch, nheads, ceil(seqlen_q / block_rows)), k/v_block_scale (batch, nheads_kv,\n"
-        "ceil(seqlen_k / block_rows)) (fa3/attention.h); host tensors only for now.");
+        "(on CUDA tensors in a build with the varlen GPU paths): cu_seqlens_q and cu_seqlens_k, int32 (batch + 1),\n"
+        "with optional seqused_q and seqused_k, int32 (batch), and max_seqlen_q / max_seqlen_k; q, k, v and out\n"
+        "are then (total, nheads, head_dim) and lse (nheads, total_q), as in FlashAttention-3's\n"
+        "flash_attn_varlen_func. FP8: e4m3 q, k, v with a bf16 or fp16 out, and optional fp32 scales:\n"
+        "q/k/v_descale (batch, nheads_kv), and block scales q_block_scale (batch, nheads, ceil(seqlen_q /\n"
+        "block_rows)), k/v_block_scale (batch, nheads_kv, ceil(seqlen_k / block_rows)) (fa3/attention.h); on CUDA\n"
+        "tensors in a build with the FP8 kernels. workspace: for CUDA tensors, a 1-d uint8 array on their device\n"
+        "of at least forward_workspace_size() bytes (0 for all but FP8 calls), 256-byte aligned, allocated until\n"
+        "the call's work on the stream is done; host tensors ignore it.");
+  m.def("forward_workspace_size", &forward_workspace_size, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(),
+        "sinks"_a.none() = nb::none(), "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1,
+        "window_right"_a = -1, "softcap"_a = 0.f, "attention_chunk"_a = 0, "cu_seqlens_q"_a.none() = nb::none(),
+        "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(),
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "q_descale"_a.none() = nb::none(),
+        "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(), "q_block_scale"_a.none() = nb::none(),
+        "k_block_scale"_a.none() = nb::none(), "v_block_scale"_a.none() = nb::none(), "block_rows"_a = 128,
+        "Bytes of workspace that forward() needs for these arguments: for CUDA tensors after validating them as\n"
+        "forward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
   m.def(
       "hadamard_signs",
       [](std::uint64_t seed, int head_dim) {

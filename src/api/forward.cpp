@@ -42,9 +42,21 @@ Status forward_with_kernel(const ForwardArgs& args, const std::string& kernel, c
   return run_on_device(args, kernel.c_str(), stream);
 }
 
-Status forward_kernels(const ForwardArgs& args, std::vector<std::string>* names) {
+Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes) {
+  ValidationTarget target = gpu_target();
+  target.locate = nullptr;
+  target.forward_workspace = nullptr;
   Problem problem;
-  FA3_RETURN_IF_ERROR(validate_forward(args, gpu_target(), &problem));
+  FA3_RETURN_IF_ERROR(validate_forward(args, target, &problem));
+  *bytes = hopper::fwd_workspace_bytes(problem, args.q.dtype);
+  return Status::ok();
+}
+
+Status forward_kernels(const ForwardArgs& args, std::vector<std::string>* names) {
+  ValidationTarget target = gpu_target();
+  target.forward_workspace = nullptr;
+  Problem problem;
+  FA3_RETURN_IF_ERROR(validate_forward(args, target, &problem));
   names->clear();
   for (const hopper::FwdKernelEntry* k : hopper::fwd_candidates(problem, args.q.dtype, args.out.dtype))
     names->push_back(k->name());

@@ -59,6 +59,7 @@ ValidationTarget gpu_target() {
   t.supports_fp8 = hopper::fwd_fp8_enabled();
   t.fp8_block_rows = hopper::kFp8BlockRows;
   t.locate = locate_device_pointer;
+  t.forward_workspace = hopper::fwd_workspace_bytes;
   // forward_with_kvcache runs on its own kernels once the build switches them on
   // (hopper::kvcache_enabled); its workspace follows from the plan for this device.
   t.supports_kvcache = hopper::kvcache_enabled();

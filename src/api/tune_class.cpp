@@ -51,6 +51,7 @@ Status tune_class(const ForwardArgs& args, TuneClass* cls) {
   // The class depends on shapes and options only: no pointer is looked at.
   ValidationTarget target = gpu_target();
   target.locate = nullptr;
+  target.forward_workspace = nullptr;
   Problem problem;
   FA3_RETURN_IF_ERROR(validate_forward(args, target, &problem));
   *cls = tune_class_of(problem, args.q.dtype);

@@ -43,6 +43,9 @@ struct ValidationTarget {
   // use, else a description of what it is ("host memory", "memory of device 1").
   // Left empty, pointer location is not checked (unit tests of the other rules).
   std::function<std::string(const void* ptr)> locate;
+  // Device forward only: the workspace bytes a call needs (ForwardArgs::workspace).
+  // Left empty, the workspace is not checked (the size query, the CPU path).
+  std::function<std::size_t(const Problem& problem, DType dtype)> forward_workspace;
   // Device backward only: the workspace bytes a call needs (BackwardArgs::workspace).
   // Left empty, the workspace is not checked (the size query, the CPU path).
   std::function<std::size_t(const Problem& problem, bool deterministic)> backward_workspace;

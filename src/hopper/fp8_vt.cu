@@ -39,8 +39,9 @@ __global__ void __launch_bounds__(kThreads)
 
 int fp8_vt_keys(int seqlen_k) { return (seqlen_k + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign; }
 
-std::size_t fp8_vt_bytes(const FwdParams& p) {
-  return static_cast<std::size_t>(p.batch) * p.nheads_kv * p.head_dim_v * fp8_vt_keys(p.seqlen_k);
+std::size_t fp8_vt_bytes(const Problem& p) {
+  return static_cast<std::size_t>(p.batch) * static_cast<std::size_t>(p.nheads_kv) *
+         static_cast<std::size_t>(p.head_dim_v) * static_cast<std::size_t>(fp8_vt_keys(static_cast<int>(p.seqlen_k)));
 }
 
 cudaError_t launch_fp8_transpose_v(const FwdParams& p, void* vt, cudaStream_t stream) {

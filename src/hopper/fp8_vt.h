@@ -14,6 +14,7 @@
 
 #include <cstddef>
 
+#include "api/problem.h"
 #include "hopper/fwd_params.h"
 
 namespace fa3::hopper {
@@ -21,10 +22,10 @@ namespace fa3::hopper {
 // Keys of Vᵀ per row for seqlen_k (a multiple of kFp8VtKeyAlign).
 int fp8_vt_keys(int seqlen_k);
 
-// Bytes of the Vᵀ buffer of `p` (its batch, nheads_kv, head_dim_v and seqlen_k).
-std::size_t fp8_vt_bytes(const FwdParams& p);
+// Bytes of the Vᵀ buffer of a call (its batch, nheads_kv, head_dim_v and seqlen_k).
+std::size_t fp8_vt_bytes(const Problem& p);
 
-// Writes Vᵀ of p.v into `vt` (fp8_vt_bytes(p) bytes, 16-byte aligned) on `stream`.
+// Writes Vᵀ of p.v into `vt` (fp8_vt_bytes of the call, 16-byte aligned) on `stream`.
 cudaError_t launch_fp8_transpose_v(const FwdParams& p, void* vt, cudaStream_t stream);
 
 }  // namespace fa3::hopper

@@ -174,6 +174,10 @@ bool fwd_fp8_enabled() {
 #endif
 }
 
+std::size_t fwd_workspace_bytes(const Problem& p, DType dtype) {
+  return dtype == DType::kFloat8E4M3 ? fp8_vt_bytes(p) : 0;
+}
+
 namespace {
 
 // A fixed-length call's tensors: (batch, seqlen, nheads, dim) and lse (batch, nheads,
@@ -276,26 +280,14 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   return f;
 }
 
-// Runs `kernel` on an FP8 call: Vᵀ into a buffer of the stream's, the kernel, the
-// buffer's release.
-Status run_fp8(const FwdKernelEntry& kernel, FwdParams params, cudaStream_t stream) {
-  void* vt = nullptr;
-  cudaError_t err = cudaMallocAsync(&vt, fp8_vt_bytes(params), stream);
-  if (err != cudaSuccess)
-    return {StatusCode::kCudaError, std::string("FP8 forward: buffer of V transposed: ") + cudaGetErrorString(err)};
-  err = launch_fp8_transpose_v(params, vt, stream);
-  Status launched = err == cudaSuccess ? Status::ok()
-                                       : Status{StatusCode::kCudaError,
-                                                std::string("FP8 forward: transpose of V: ") + cudaGetErrorString(err)};
-  if (launched.is_ok()) {
-    params.vt = vt;
-    launched = kernel.launch(params, stream);
+// Runs `kernel` on an FP8 call: Vᵀ into the caller's workspace, then the kernel.
+Status run_fp8(const FwdKernelEntry& kernel, FwdParams params, void* workspace, cudaStream_t stream) {
+  const cudaError_t err = launch_fp8_transpose_v(params, workspace, stream);
+  if (err != cudaSuccess) {
+    return {StatusCode::kCudaError, std::string("FP8 forward: transpose of V: ") + cudaGetErrorString(err)};
   }
-  err = cudaFreeAsync(vt, stream);
-  if (launched.is_ok() && err != cudaSuccess) {
-    return {StatusCode::kCudaError, std::string("FP8 forward: buffer of V transposed: ") + cudaGetErrorString(err)};
-  }
-  return launched;
+  params.vt = workspace;
+  return kernel.launch(params, stream);
 }
 
 Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream, const char* kernel) {
@@ -324,7 +316,7 @@ Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStre
     chosen = *it;
   }
   const FwdParams params = make_fwd_params(p, a, num_sms);
-  if (a.q.dtype == DType::kFloat8E4M3) return run_fp8(*chosen, params, stream);
+  if (a.q.dtype == DType::kFloat8E4M3) return run_fp8(*chosen, params, a.workspace, stream);
   const Status launched = chosen->launch(params, stream);
   if (!launched.is_ok()) return launched;
   // A varlen call's rows of no sequence (hopper/varlen_rows.h); nothing otherwise.

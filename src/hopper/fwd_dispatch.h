@@ -68,9 +68,12 @@ bool fwd_fp8_enabled();
 // A varlen call's index tensors stay in device memory: the kernels read them.
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms);
 
+// The caller's workspace a call of `dtype` needs (ForwardArgs::workspace): Vᵀ for FP8
+// calls (hopper/fp8_vt.h), nothing for the others.
+std::size_t fwd_workspace_bytes(const Problem& p, DType dtype);
+
 // Runs the default kernel, or the one named `kernel` when it is not null. An FP8 call
-// first writes V transposed (hopper/fp8_vt.h) into a buffer it allocates and frees on
-// `stream` (stream-ordered, so that CUDA graph capture records both).
+// first writes V transposed (hopper/fp8_vt.h) into the caller's workspace.
 Status run_forward(const Problem& p, const ForwardArgs& args, int num_sms, cudaStream_t stream,
                    const char* kernel = nullptr);
 

@@ -181,6 +181,19 @@ def test_sinks_forward_and_backward_float32():
         assert np.abs(got - want).max() < 1e-4
 
 
+def test_forward_workspace_on_host():
+    """Host arrays run the CPU path, which needs no workspace: the size query answers 0
+    (FP8 calls included) and a workspace given anyway changes nothing."""
+    q, k, v = random_qkv(9, 12, seed=8)
+    out = np.empty_like(q)
+    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), np.float32)
+    assert _C.forward_workspace_size(q, k, v, out, lse, causal=True) == 0
+    _C.forward(q, k, v, out, lse, causal=True)
+    again, again_lse = np.empty_like(out), np.empty_like(lse)
+    _C.forward(q, k, v, again, again_lse, causal=True, workspace=np.zeros(64, np.uint8))
+    assert np.array_equal(out, again) and np.array_equal(lse, again_lse)
+
+
 def test_backward_workspace_on_host():
     """Host arrays run the CPU path, which needs no workspace: the size query answers 0
     and a workspace given anyway changes nothing."""

@@ -192,6 +192,35 @@ def test_gpu_fp8_attention_meets_the_accuracy_rule(causal):
 
 
 @pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+@pytest.mark.skipif(NO_GPU_FP8, reason="the FP8 kernels are not built (FA3_GPU_FP8)")
+def test_gpu_fp8_takes_its_workspace_from_torch(monkeypatch):
+    """fa3::fwd_fp8 hands the extension a uint8 tensor on the inputs' device (V
+    transposed goes there), of the size the size query gives, 256-byte aligned."""
+    from fa3 import _C, _torch_ops
+
+    calls = []
+    handoff = _torch_ops.call
+
+    # Recorded before the handoff turns the tensors into DLPack capsules.
+    def recording(fn, *args, **kwargs):
+        if fn is _C.forward:
+            calls.append((args, kwargs))
+        return handoff(fn, *args, **kwargs)
+
+    monkeypatch.setattr(_torch_ops, "call", recording)
+    q, k, v = inputs(seqlen_q=130, seqlen_k=333)
+    qkv8 = fa3.fp8.quantize(q, k, v)
+    fa3.flash_attn_func(*(t.cuda() for t in qkv8[:3]), block_scales=tuple(s.cuda() for s in qkv8.block_scales))
+    assert len(calls) == 1
+    args, kwargs = calls[0]
+    workspace = kwargs.pop("workspace")
+    kwargs.pop("stream")
+    assert workspace.dtype == torch.uint8 and workspace.dim() == 1 and workspace.device == args[0].device
+    assert workspace.numel() == _C.forward_workspace_size(*args, **kwargs) > 0
+    assert workspace.data_ptr() % 256 == 0
+
+
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
 def test_gpu_quantize_matches_cpu_bitwise(dtype, head_dim):

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
 from attention_reference import ABS_CAP, check_close, reference, reference_grads  # noqa: E402
-from fa3 import _C  # noqa: E402
+from fa3 import _C, _torch_ops  # noqa: E402
 from gpu_support import BUILT_DTYPES, BUILT_HEAD_DIMS, gpu_skip_reason  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
@@ -442,7 +442,13 @@ def test_cuda_graph_replays_forward_and_backward_as_eager(causal):
     """A training step's attention, forward and backward, captured into a CUDA graph
     (torch.cuda.graph, which captures on a side stream: autograd runs the backward on
     the forward's stream) replays to the eager step's out, dq, dk and dv bit for bit
-    (deterministic mode, so that dq's sums run in one order), twice."""
+    (deterministic mode, so that dq's sums run in one order), twice.
+
+    Autograd nodes remember the stream they were made on, and the leaves' gradient
+    accumulators live as long as a graph that reaches them: had the eager step's out
+    kept its graph, the captured backward would make the legacy default stream, where
+    those accumulators were made, wait on the capturing stream, which CUDA refuses
+    (cudaErrorStreamCaptureImplicit). So the eager results are kept detached."""
     q, k, v = make_qkv(2, 300, 257, 8, 2, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])
     dout = make_dout(q)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
@@ -451,7 +457,7 @@ def test_cuda_graph_replays_forward_and_backward_as_eager(causal):
         out = fa3.flash_attn_func(*leaves, causal=causal, deterministic=True)
         return (out,) + torch.autograd.grad(out, leaves, dout)
 
-    eager = step()
+    eager = tuple(t.detach() for t in step())
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -495,13 +501,15 @@ def test_backward_takes_its_workspace_from_torch(monkeypatch):
     """fa3::bwd hands the extension a uint8 tensor on the inputs' device, of the size the
     size query gives, and 256-byte aligned as torch's caching allocator promises."""
     calls = []
-    backward = _C.backward
+    handoff = _torch_ops.call
 
-    def recording(*args, **kwargs):
-        calls.append((args, kwargs))
-        return backward(*args, **kwargs)
+    # Recorded before the handoff turns the tensors into DLPack capsules.
+    def recording(fn, *args, **kwargs):
+        if fn is _C.backward:
+            calls.append((args, kwargs))
+        return handoff(fn, *args, **kwargs)
 
-    monkeypatch.setattr(_C, "backward", recording)
+    monkeypatch.setattr(_torch_ops, "call", recording)
     for deterministic in (False, True):
         for heads, seqlens in (((4, 4), (300, 257)), ((8, 2), (129, 1000)), ((8, 1), (17, 3))):
             q, k, v = make_qkv(2, *seqlens, *heads, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0])

@@ -326,11 +326,28 @@ void run_case(const Fp8Case& c, std::uint64_t seed) {
   a.lse = TensorView::contiguous(lse.get(), DType::kFloat32, {s.batch, s.nheads_q, s.seqlen_q});
   a.fp8 = Fp8Args{};
   set_scales(c, dev_scales, &a.fp8);
+  // Vᵀ goes into the caller's workspace: without one the call is refused, nothing written.
+  std::size_t workspace_bytes = 0;
+  const Status sized = forward_workspace_size(a, &workspace_bytes);
+  ASSERT_TRUE(sized.is_ok()) << sized.to_string();
+  ASSERT_GT(workspace_bytes, 0u);
+  fill_nan(out.get(), c.out_dtype, static_cast<std::int64_t>(out.bytes() / dtype_size(c.out_dtype)));
+  const std::vector<std::uint8_t> untouched = out.to_host();
+  const Status refused = forward(a, nullptr);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
+  EXPECT_EQ(refused.message().rfind("workspace: data pointer is null", 0), 0u) << refused.message();
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(out.to_host() == untouched) << "a refused call wrote out";
+  DeviceBuffer workspace(workspace_bytes);
+  a.workspace = workspace.get();
+  a.workspace_bytes = workspace_bytes;
 
   std::vector<std::uint8_t> first_out, first_lse;
   for (int run = 0; run < 3; ++run) {
     fill_nan(out.get(), c.out_dtype, static_cast<std::int64_t>(out.bytes() / dtype_size(c.out_dtype)));
     fill_nan(lse.get(), DType::kFloat32, static_cast<std::int64_t>(lse.bytes() / sizeof(float)));
+    // The workspace's contents on entry do not matter.
+    fill_nan(workspace.get(), DType::kFloat32, static_cast<std::int64_t>(workspace_bytes / sizeof(float)));
     const Status st = forward(a, nullptr);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     FA3_CUDA_CHECK(cudaDeviceSynchronize());
