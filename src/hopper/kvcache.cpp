@@ -111,6 +111,13 @@ bool kvcache_enabled() {
 Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int num_sms, KvCachePlan* plan) {
   const Problem& p = kp.attention;
   KvCachePlan out;
+  // Each cached row arrives by one bulk copy, whose size must be a multiple of 16 bytes.
+  if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) {
+    return {StatusCode::kNotSupported, "k_cache: head dims " + std::to_string(p.head_dim) + " (q, k) and " +
+                                           std::to_string(p.head_dim_v) +
+                                           " (v) must be multiples of 8 for the GPU's KV-cache kernel, which copies "
+                                           "whole rows in 16-byte units"};
+  }
   // The narrowest compiled family at least as wide as both head dims: the extra columns
   // are read as zeros and never written.
   for (const KvCacheKernel& k : kernels()) {

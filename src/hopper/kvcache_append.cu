@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
     const int cache_row = p.index.batch_idx != nullptr ? p.index.batch_idx[b] : b;
     const int pos = p.index.seqlens[b] + i;
     const CacheTensor& cache = is_k ? p.k : p.v;
-    T* dst = static_cast<T*>(cache.data) + kvcache_detail::cache_offset(cache, p.index, b, cache_row, pos, h) + d;
+    const kvcache_detail::CacheRow at = kvcache_detail::cache_row_of(p.index, b, cache_row, pos);
+    T* dst = kvcache_detail::row_address<T>(cache, at, h) + d;
     *dst = is_k && p.rotary_dim > 0 ? rotated(row, d, p, rotary_position(p, b) + i) : row[d];
   }
 }

@@ -25,9 +25,14 @@ struct KvCacheTile {
   static_assert(kWarpN % 16 == 0);
   static constexpr std::size_t kElement = 2;  // bf16 or fp16
   static constexpr std::size_t kQBytes = kBlockM * kHeadDim * kElement;
-  static constexpr std::size_t kStageBytes = kBlockN * (kHeadDim + kHeadDimV) * kElement;
+  // A stage's K and V rows arrive whole, one bulk copy each, so they cannot be swizzled:
+  // each row is padded by 16 bytes instead, which puts the 8 rows of an ldmatrix
+  // matrix 4 banks apart (conflict-free) and keeps every row 16-byte aligned.
+  static constexpr int kKPitch = kHeadDim + 8;    // elements from one K row to the next
+  static constexpr int kVPitch = kHeadDimV + 8;   // and V's
+  static constexpr std::size_t kStageBytes = kBlockN * (kKPitch + kVPitch) * kElement;
   // Three stages in flight where they fit beside one another with room to spare, two
-  // for the widest heads (64 KiB a stage at 256/256).
+  // for the widest heads (66 KiB a stage at 256/256).
   static constexpr int kStages = kStageBytes > 48 * 1024 ? 2 : 3;
   // The fp32 result rows, padded by 4 floats so that the 8 rows of an mma fragment's
   // stores fall in distinct banks; they reuse the K/V stages once the keys are done.
@@ -36,7 +41,9 @@ struct KvCacheTile {
   static constexpr std::size_t kKvBytes = kStages * kStageBytes > kOutBytes ? kStages * kStageBytes : kOutBytes;
   // Per warp of the key split and row: running max and sum; per row: 1/sum.
   static constexpr std::size_t kStatsBytes = (2 * kKeyWarps + 1) * kBlockM * 4;
-  static constexpr std::size_t kSmemBytes = kQBytes + kKvBytes + kStatsBytes;
+  // One mbarrier per stage: its bulk copies' bytes have all landed.
+  static constexpr std::size_t kBarrierOffset = (kQBytes + kKvBytes + kStatsBytes + 7) / 8 * 8;
+  static constexpr std::size_t kSmemBytes = kBarrierOffset + kStages * 8;
 };
 
 // The most splits of the keys one call takes (the merge reads one lse per split and row).

@@ -3,11 +3,15 @@
 //
 // The work is bound by memory: a decode step reads every cached K/V row once and does
 // 2 · group flops per value read. So each key row is read once for all the query heads
-// that share it (the CTA holds all of them), in 16-byte cp.async pieces, coalesced along
-// the row, through a ring of kStages shared-memory stages; the tensor cores take the
-// products through mma.sync m16n8k16 (fp32 accumulators), and the softmax is online in
-// fp32 with exp2. A key row's address is resolved row by row (through its page for a
-// paged cache, any page size), so pages need not hold whole blocks.
+// that share it (the CTA holds all of them), through a ring of kStages shared-memory
+// stages; the tensor cores take the products through mma.sync m16n8k16 (fp32
+// accumulators), and the softmax is online in fp32 with exp2. Each K or V row arrives
+// by one bulk copy (cp.async.bulk, the TMA's one-dimensional form) whose bytes an
+// mbarrier per stage counts: one request per row where 16-byte cp.async pieces took
+// head_dim / 8, so that far fewer requests keep a stage's bytes in flight. A key row's
+// address is resolved row by row (through its page for a paged cache, any page size),
+// so pages need not hold whole blocks; a row's page is looked up one block ahead of its
+// copy, so that the lookup's latency does not delay the copy.
 //
 // Masks align to the bottom-right corner of each sequence's (seqlen_q, seqlen_k); the
 // keys are numbered from the sequence's first valid cache entry (cache_leftpad). Rows
@@ -20,6 +24,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cutlass/arch/barrier.h>
 
 #include <cmath>
 #include <cstdint>
@@ -45,35 +51,46 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * kDim + ((chunk ^ (row & 7)) << 3);
 }
 
-// Element offset of cache position `pos` of KV head `hkv` of sequence b.
-__device__ __forceinline__ std::int64_t cache_offset(const CacheTensor& t, const CacheIndex& ix, int b,
-                                                     int cache_row, int pos, int hkv) {
-  if (ix.page_table != nullptr) {
-    const std::int64_t page = ix.page_table[b * ix.page_table_stride + pos / ix.page_size];
-    return page * t.stride[0] + static_cast<std::int64_t>(pos % ix.page_size) * t.stride[1] + hkv * t.stride[2];
-  }
-  return static_cast<std::int64_t>(cache_row) * t.stride[0] + static_cast<std::int64_t>(pos) * t.stride[1] +
-         hkv * t.stride[2];
+// Element offset of (row, 8-element chunk) in a stage's K or V rows, kPitch apart
+// (hopper/kvcache_config.h: padded rather than swizzled, as whole rows arrive by one copy).
+template <int kPitch>
+__device__ __forceinline__ int padded(int row, int chunk) {
+  return row * kPitch + (chunk << 3);
 }
 
-// Issues the loads of keys [n0, n0 + kBlockN) of one cache into a shared tile of kDim
-// columns; rows past the sequence and columns past `dim` are filled with zeros (never
-// read: a NaN past the end must not reach P·V as 0 · NaN).
-template <class Element, int kDim, int kBlockN, int kThreads>
-__device__ __forceinline__ void load_keys(Element* tile, const CacheTensor& t, const CacheIndex& ix, int b,
-                                          int cache_row, int hkv, int leftpad, int n0, int seqlen_k, int dim) {
-  constexpr int kChunks = kDim / 8;
-  const Element* base = static_cast<const Element*>(t.data);
-#pragma unroll
-  for (int c = threadIdx.x; c < kBlockN * kChunks; c += kThreads) {
-    const int r = c / kChunks;
-    const int ch = c % kChunks;
-    const int key = n0 + r;
-    const bool valid = key < seqlen_k && ch * 8 < dim;
-    const Element* src = base;
-    if (valid) src = base + cache_offset(t, ix, b, cache_row, leftpad + key, hkv) + ch * 8;
-    arch::cp_async_16(tile + swizzle<kDim>(r, ch), src, valid);
+// Zeros columns [dim, kDim) of the kBlockN rows of one tensor in every stage (rows kPitch
+// apart, stages kStageElems apart): the copies write only a row's first dim columns.
+template <class Element, int kDim, int kPitch, int kBlockN, int kStages>
+__device__ __forceinline__ void zero_columns(Element* first_row, int dim, int stage_elems, int threads) {
+  if (dim >= kDim) return;
+  const int width = kDim - dim;
+  for (int i = threadIdx.x; i < kStages * kBlockN * width; i += threads) {
+    const int stage = i / (kBlockN * width);
+    const int r = i / width % kBlockN;
+    first_row[stage * stage_elems + r * kPitch + dim + i % width] = Element(0.f);
   }
+}
+
+// Where cache position `pos` of sequence b lies: its page (or, in a contiguous cache,
+// the sequence's cache row) and the row within it.
+struct CacheRow {
+  std::int64_t outer;
+  int inner;
+};
+
+__device__ __forceinline__ CacheRow cache_row_of(const CacheIndex& ix, int b, int cache_row, int pos) {
+  if (ix.page_table != nullptr) {
+    return {ix.page_table[b * ix.page_table_stride + pos / ix.page_size], pos % ix.page_size};
+  }
+  return {cache_row, pos};
+}
+
+// The first element of that row of KV head hkv in cache `t` (T: the element type, const
+// to read).
+template <class T>
+__device__ __forceinline__ T* row_address(const CacheTensor& t, CacheRow r, int hkv) {
+  return static_cast<T*>(t.data) + r.outer * t.stride[0] + static_cast<std::int64_t>(r.inner) * t.stride[1] +
+         static_cast<std::int64_t>(hkv) * t.stride[2];
 }
 
 }  // namespace kvcache_detail
@@ -86,7 +103,7 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   constexpr int kBlockN = Tile::kBlockN;
   constexpr int kWarpN = Tile::kWarpN;
   constexpr int kKeyWarps = Tile::kKeyWarps;
-  constexpr int kStageElems = kBlockN * (kHeadDim + kHeadDimV);
+  constexpr int kStageElems = kBlockN * (Tile::kKPitch + Tile::kVPitch);
 
   extern __shared__ __align__(128) unsigned char smem[];
   Element* s_q = reinterpret_cast<Element*>(smem);
@@ -120,6 +137,19 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   int n_first = 0;
   const int count = split_blocks(key_begin, key_end, kBlockN, p.num_splits, split, &n_first);
 
+  // The stages' barriers, and zeros in their columns past the head dims, which the
+  // copies leave alone and the GEMMs' last k-step may read.
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + Tile::kBarrierOffset);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < Tile::kStages; ++s) cutlass::arch::ClusterTransactionBarrier::init(&full[s], 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  zero_columns<Element, kHeadDim, Tile::kKPitch, kBlockN, Tile::kStages>(s_kv, p.head_dim, kStageElems,
+                                                                         Tile::kThreads);
+  zero_columns<Element, kHeadDimV, Tile::kVPitch, kBlockN, Tile::kStages>(s_kv + kBlockN * Tile::kKPitch,
+                                                                          p.head_dim_v, kStageElems, Tile::kThreads);
+
   // Q's rows of the tile, zero past the rows and past the head dim.
   {
     constexpr int kChunks = kHeadDim / 8;
@@ -138,23 +168,49 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
       }
       arch::cp_async_16(s_q + swizzle<kHeadDim>(r, ch), src, valid);
     }
-  }
-  auto load_block = [&](int it) {
-    Element* s_k = s_kv + (it % Tile::kStages) * kStageElems;
-    Element* s_v = s_k + kBlockN * kHeadDim;
-    const int n0 = (n_first + it) * kBlockN;
-    load_keys<Element, kHeadDim, kBlockN, Tile::kThreads>(s_k, p.k, ix, b, cache_row, hkv, leftpad, n0, seqlen_k,
-                                                          p.head_dim);
-    load_keys<Element, kHeadDimV, kBlockN, Tile::kThreads>(s_v, p.v, ix, b, cache_row, hkv, leftpad, n0, seqlen_k,
-                                                           p.head_dim_v);
-  };
-  // One commit group per block (the first holds Q too), committed even when empty so that
-  // the count of groups in flight is the same for every thread and iteration.
-#pragma unroll
-  for (int s = 0; s < Tile::kStages - 1; ++s) {
-    if (s < count) load_block(s);
     arch::cp_async_commit();
   }
+
+  // The copies: thread t brings row t / 2 of each block, of K (t even) or V (t odd).
+  // Keys past the sequence copy its last key's row instead: finite values, whose scores
+  // are masked out (P = 0), where memory past the end might hold a NaN that P·V would
+  // turn 0 · NaN into.
+  static_assert(Tile::kThreads == 2 * kBlockN, "one row copy per thread and block");
+  const int copy_row = threadIdx.x / 2;
+  const bool copy_v = threadIdx.x % 2 != 0;
+  const CacheTensor& copy_cache = copy_v ? p.v : p.k;
+  const auto copy_bytes = static_cast<std::uint32_t>((copy_v ? p.head_dim_v : p.head_dim) * sizeof(Element));
+  const auto stage_bytes = static_cast<std::uint32_t>(kBlockN * (p.head_dim + p.head_dim_v) * sizeof(Element));
+  const int copy_offset = copy_v ? kBlockN * Tile::kKPitch + copy_row * Tile::kVPitch : copy_row * Tile::kKPitch;
+  auto source_of = [&](int it) {
+    const int key = min((n_first + it) * kBlockN + copy_row, seqlen_k - 1);
+    return cache_row_of(ix, b, cache_row, leftpad + key);
+  };
+  // Thread 0 announces a block's bytes before the barrier after which every thread
+  // issues its copy, so that no copy completes on a barrier not yet expecting it.
+  auto expect_block = [&](int it) {
+    if (threadIdx.x == 0) {
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[it % Tile::kStages], stage_bytes);
+    }
+  };
+  auto issue_block = [&](int it, CacheRow src) {
+    const int stage = it % Tile::kStages;
+    arch::bulk_load(s_kv + stage * kStageElems + copy_offset, row_address<const Element>(copy_cache, src, hkv), copy_bytes,
+                    &full[stage]);
+  };
+#pragma unroll
+  for (int s = 0; s < Tile::kStages - 1; ++s) {
+    if (s < count) expect_block(s);
+  }
+  __syncthreads();  // the barriers initialized and expecting, the zeros written
+#pragma unroll
+  for (int s = 0; s < Tile::kStages - 1; ++s) {
+    if (s < count) issue_block(s, source_of(s));
+  }
+  // The page of this thread's row in the next block to issue, looked up a block ahead.
+  CacheRow next_source{};
+  if (Tile::kStages - 1 < count) next_source = source_of(Tile::kStages - 1);
+  arch::cp_async_wait<0>();  // this thread's pieces of Q: the loop's first barrier publishes them
 
   // Each thread holds rows g and g + 8 of its warp's 16 (g = lane / 4): their keys.
   int first_key[2], last_key[2];
@@ -172,14 +228,19 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   float row_sum[2] = {0.f, 0.f};
 
   for (int it = 0; it < count; ++it) {
-    arch::cp_async_wait<Tile::kStages - 2>();
+    arch::mbarrier_wait(&full[it % Tile::kStages], (it / Tile::kStages) & 1);
+    const int refill = it + Tile::kStages - 1;
+    if (refill < count) expect_block(refill);
+    // Past this barrier every warp has finished the previous iteration, so the stage it
+    // read may be refilled.
     __syncthreads();
-    // The stage this refills was read in the previous iteration, before the barrier.
-    if (it + Tile::kStages - 1 < count) load_block(it + Tile::kStages - 1);
-    arch::cp_async_commit();
+    if (refill < count) {
+      issue_block(refill, next_source);
+      if (refill + 1 < count) next_source = source_of(refill + 1);
+    }
 
     const Element* s_k = s_kv + (it % Tile::kStages) * kStageElems;
-    const Element* s_v = s_k + kBlockN * kHeadDim;
+    const Element* s_v = s_k + kBlockN * Tile::kKPitch;
     const int key0 = key_warp * kWarpN;  // the warp's keys within the block
 
     float s[kWarpN / 8][4] = {};
@@ -191,8 +252,8 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
 #pragma unroll
       for (int np = 0; np < kWarpN / 16; ++np) {
         std::uint32_t bk[4];
-        arch::ldmatrix_x4(bk, s_k + swizzle<kHeadDim>(key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                                      kk * 2 + ((lane >> 3) & 1)));
+        arch::ldmatrix_x4(bk, s_k + padded<Tile::kKPitch>(key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                          kk * 2 + ((lane >> 3) & 1)));
         arch::mma_16816<Element>(s[2 * np], a, bk[0], bk[1]);
         arch::mma_16816<Element>(s[2 * np + 1], a, bk[2], bk[3]);
       }
@@ -251,14 +312,16 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
       for (int dp = 0; dp < kHeadDimV / 16; ++dp) {
         if (dp * 16 >= p.head_dim_v) break;
         std::uint32_t bv[4];
-        arch::ldmatrix_x4_trans(bv, s_v + swizzle<kHeadDimV>(key0 + ks * 16 + (lane & 15), dp * 2 + (lane >> 4)));
+        arch::ldmatrix_x4_trans(bv,
+                                s_v + padded<Tile::kVPitch>(key0 + ks * 16 + (lane & 15), dp * 2 + (lane >> 4)));
         arch::mma_16816<Element>(acc[2 * dp], a, bv[0], bv[1]);
         arch::mma_16816<Element>(acc[2 * dp + 1], a, bv[2], bv[3]);
       }
     }
   }
-  arch::cp_async_wait<0>();
-  __syncthreads();  // every stage read: the result may take their place
+  // Every copy issued has landed (the loop waited for each block it issued) and every
+  // stage has been read: the result may take their place.
+  __syncthreads();
 
   // Each warp's rows: max and sum over its keys, then the row's over all warps and the
   // sink (split 0 only, in log2 units like the scores).

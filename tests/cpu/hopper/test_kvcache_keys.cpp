@@ -2,13 +2,17 @@
 // fa3::Problem's definition for a sequence of those lengths, over windows, causal,
 // chunks and both orders of seqlen_q and seqlen_k; and the splits of a tile's key blocks
 // are disjoint, in order, and together exactly the blocks holding the tile's keys,
-// whatever the number of splits.
+// whatever the number of splits. And the plan refuses head dims whose rows are not whole
+// 16-byte units, which the kernel's row copies need.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "api/problem.h"
+#include "hopper/kvcache.h"
 #include "hopper/kvcache_keys.h"
 
 namespace fa3::hopper {
@@ -63,6 +67,26 @@ TEST(KvCacheKeys, SplitsCoverTheTileBlocksOnceInOrder) {
         EXPECT_EQ(next, want_end) << "keys [" << key_begin << ", " << key_end << ") in " << splits << " splits";
       }
     }
+  }
+}
+
+TEST(KvCachePlan, HeadDimsMustBeWholeSixteenByteUnits) {
+  for (const auto& [d, dv] : {std::pair{100, 128}, std::pair{128, 36}, std::pair{7, 7}}) {
+    KvCacheProblem kp;
+    kp.attention.batch = 2;
+    kp.attention.seqlen_q = 1;
+    kp.attention.seqlen_k = 64;
+    kp.attention.nheads_q = 8;
+    kp.attention.nheads_kv = 2;
+    kp.attention.head_dim = d;
+    kp.attention.head_dim_v = dv;
+    kp.capacity = 64;
+    KvCachePlan plan;
+    const Status s = plan_kvcache(kp, DType::kBFloat16, 0, 132, &plan);
+    EXPECT_EQ(s.code(), StatusCode::kNotSupported);
+    EXPECT_EQ(s.message(), "k_cache: head dims " + std::to_string(d) + " (q, k) and " + std::to_string(dv) +
+                               " (v) must be multiples of 8 for the GPU's KV-cache kernel, which copies whole rows "
+                               "in 16-byte units");
   }
 }
 
