@@ -12,53 +12,41 @@ import torch.distributed as dist
 
 from ..interface import flash_attn_func
 from . import _checks
+from ._zigzag import zigzag_unshard
 
 
-def _shard_order(world_size, causal):
-    """Sequence order of the gathered chunks: with causal, rank r's shard is chunks r
-    and 2W-1-r (zigzag), else it is one chunk, rank r's."""
-    if not causal:
-        return list(range(world_size)), 1
-    return [r for r in range(world_size)] + [r for r in reversed(range(world_size))], 2
-
-
-class _GatherSequence(torch.autograd.Function):
-    """Forward: the whole sequence from every rank's shard. Backward: each rank's
-    shard of the sum over ranks of the gradient of the whole sequence."""
+class _AllGather(torch.autograd.Function):
+    """Forward: every rank's shard, concatenated along dim in rank order. Backward: this
+    rank's part of the sum over ranks of the gradient of the concatenation."""
 
     @staticmethod
-    def forward(ctx, shard, causal, group):
-        ctx.causal, ctx.group = causal, group
-        world_size = dist.get_world_size(group)
-        parts = [torch.empty_like(shard) for _ in range(world_size)]
+    def forward(ctx, shard, dim, group):
+        ctx.dim, ctx.group = dim, group
+        parts = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
         dist.all_gather(parts, shard.contiguous(), group=group)
-        order, per_rank = _shard_order(world_size, causal)
-        chunks = [p.chunk(per_rank, dim=1) for p in parts]
-        seen = [0] * world_size
-        ordered = []
-        for r in order:
-            ordered.append(chunks[r][seen[r]])
-            seen[r] += 1
-        return torch.cat(ordered, dim=1)
+        return torch.cat(parts, dim=dim)
 
     @staticmethod
     def backward(ctx, grad):
         world_size = dist.get_world_size(ctx.group)
-        rank = dist.get_rank(ctx.group)
-        order, per_rank = _shard_order(world_size, ctx.causal)
-        chunks = grad.contiguous().chunk(world_size * per_rank, dim=1)
-        by_rank = [[] for _ in range(world_size)]
-        for r, chunk in zip(order, chunks):
-            by_rank[r].append(chunk)
-        shards = [torch.cat(c, dim=1).float() for c in by_rank]
+        # Summed in fp32: a sum in bf16 would round at each of its W - 1 additions.
+        parts = [p.float().contiguous() for p in grad.chunk(world_size, dim=ctx.dim)]
         if dist.get_backend(ctx.group) == "gloo":
-            total = torch.stack(shards)
+            total = torch.stack(parts)
             dist.all_reduce(total, group=ctx.group)
-            mine = total[rank]
+            mine = total[dist.get_rank(ctx.group)]
         else:
-            mine = torch.empty_like(shards[rank])
-            dist.reduce_scatter(mine, shards, group=ctx.group)
+            mine = torch.empty_like(parts[0])
+            dist.reduce_scatter(mine, parts, group=ctx.group)
         return mine.to(grad.dtype), None, None
+
+
+def _whole_sequence(shard, causal, group):
+    """The whole K or V sequence from every rank's shard, in sequence order."""
+    gathered = _AllGather.apply(shard, 1, group)
+    if not causal:
+        return gathered
+    return zigzag_unshard(gathered.chunk(dist.get_world_size(group), dim=1))
 
 
 def allgather_flash_attn_func(
@@ -75,8 +63,8 @@ def allgather_flash_attn_func(
             q, k, v, softmax_scale, causal, deterministic=deterministic, return_attn_probs=return_attn_probs
         )
     _checks.check_across_ranks(q, k, v, causal, group)
-    full_k = _GatherSequence.apply(k, bool(causal), group)
-    full_v = _GatherSequence.apply(v, bool(causal), group)
+    full_k = _whole_sequence(k, causal, group)
+    full_v = _whole_sequence(v, causal, group)
     if not causal:
         return flash_attn_func(
             q, full_k, full_v, softmax_scale, deterministic=deterministic, return_attn_probs=return_attn_probs
@@ -99,3 +87,4 @@ def allgather_flash_attn_func(
     out = torch.cat([r[0] for r in results], dim=1)
     lse = torch.cat([r[1] for r in results], dim=2)
     return (out, lse) if return_attn_probs else out
+

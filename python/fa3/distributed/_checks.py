@@ -11,18 +11,23 @@ import torch.distributed as dist
 from .. import _checks
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn)
-# What every rank must agree on: the argument it belongs to, what it is, and how a
-# value (an integer, to travel in one tensor) reads in a message.
-_FIELDS = (
-    ("q", "sequence length", int),
-    ("q", "batch", int),
-    ("q", "query heads", int),
-    ("k", "key/value heads", int),
-    ("q", "head dim", int),
-    ("v", "head dim", int),
-    ("q", "dtype", lambda code: _DTYPES[code]),
-    ("causal", "value", bool),
-)
+
+
+def _dtype(code):
+    return _DTYPES[code]
+
+
+def _problem_fields(q, k, v, causal, heads_dim):
+    """The fields every rank must agree on for q, k, v (heads along heads_dim, head dim
+    last) and causal: (argument, what it is, value as an int, how a value reads)."""
+    return [
+        ("q", "query heads", q.shape[heads_dim], int),
+        ("k", "key/value heads", k.shape[heads_dim], int),
+        ("q", "head dim", q.shape[-1], int),
+        ("v", "head dim", v.shape[-1], int),
+        ("q", "dtype", _DTYPES.index(q.dtype), _dtype),
+        ("causal", "value", int(causal), bool),
+    ]
 
 
 def check_local(q, k, v, causal):
@@ -40,15 +45,22 @@ def check_local(q, k, v, causal):
 
 def check_across_ranks(q, k, v, causal, group):
     """Raises the same ValueError on every rank unless all ranks hold shards of one problem."""
-    mine = [q.shape[1], q.shape[0], q.shape[2], k.shape[2], q.shape[3], v.shape[3], _DTYPES.index(q.dtype), int(causal)]
+    fields = [("q", "sequence length", q.shape[1], int), ("q", "batch", q.shape[0], int)]
+    _same_on_every_rank(fields + _problem_fields(q, k, v, causal, 2), q.device, group)
+
+
+def _same_on_every_rank(fields, device, group):
+    """One all_gather of the fields' values; a value that differs from rank 0's raises
+    on every rank, naming the field's argument."""
     # gloo's collectives take CPU tensors, NCCL's CUDA ones.
-    device = q.device if dist.get_backend(group) == "nccl" else torch.device("cpu")
-    local = torch.tensor(mine, dtype=torch.int64, device=device)
+    if dist.get_backend(group) != "nccl":
+        device = torch.device("cpu")
+    local = torch.tensor([value for _, _, value, _ in fields], dtype=torch.int64, device=device)
     gathered = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, local, group=group)
     table = torch.stack(gathered).cpu().tolist()
     for rank, row in enumerate(table):
-        for (arg, what, read), value, first in zip(_FIELDS, row, table[0]):
+        for (arg, what, _, read), value, first in zip(fields, row, table[0]):
             if value != first:
                 raise ValueError(
                     f"{arg}: every rank must hold a shard of one problem; {what} is {read(value)} on rank {rank} "

@@ -6,6 +6,9 @@ running (out, lse) in fp32, while the shard for step i + 1 is already on its way
 backward pass runs the same ring: every block's gradient is computed with the global
 out and lse (_blocks.block_backward), dQ stays home, and dK/dV accumulators travel
 with their K/V shard, arriving back at their owner after the last step.
+
+The loops see shards through a layout (_blocks.Dense for fixed-length shards) that
+reads and writes a shard's zigzag halves and computes one block.
 """
 
 import torch
@@ -60,34 +63,25 @@ class _Ring:
         return wait, received
 
 
-def _halves(t, half, dim=1):
-    """The whole shard (half None) or its first / second chunk along dim."""
-    if half is None:
-        return t
-    return t.chunk(2, dim=dim)[half]
-
-
-def _ring_forward(q, k, v, scale, causal, ring):
+def _ring_forward(q, k, v, scale, causal, ring, shards=_blocks.DENSE):
     out = torch.zeros(q.shape[:3] + (v.shape[3],), dtype=torch.float32, device=q.device)
     lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("-inf"), dtype=torch.float32, device=q.device)
     for step in range(ring.size):
         if step + 1 < ring.size:
             wait, (next_k, next_v) = ring.start([k, v])
         q_half, kv_half, block_causal = visible_block(ring.rank, (ring.rank - step) % ring.size, causal)
-        block_out, block_lse = _blocks.block_forward(
-            _halves(q, q_half), _halves(k, kv_half), _halves(v, kv_half), scale, block_causal
-        )
-        rows_out, rows_lse = _halves(out, q_half), _halves(lse, q_half, dim=2)
+        block_out, block_lse = shards.forward(q, k, v, q_half, kv_half, scale, block_causal)
+        rows_out, rows_lse = shards.rows(out, q_half), shards.rows(lse, q_half, dim=2)
         merged_out, merged_lse = merge_attention_states_list([rows_out, block_out], [rows_lse, block_lse])
-        rows_out.copy_(merged_out)
-        rows_lse.copy_(merged_lse)
+        shards.set_rows(out, q_half, merged_out)
+        shards.set_rows(lse, q_half, merged_lse, dim=2)
         if step + 1 < ring.size:
             wait()
             k, v = next_k, next_v
     return out.to(q.dtype), lse
 
 
-def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring):
+def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring, shards):
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
     dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
@@ -95,20 +89,12 @@ def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring):
         if step + 1 < ring.size:
             wait_kv, (next_k, next_v) = ring.start([k, v])
         q_half, kv_half, block_causal = visible_block(ring.rank, (ring.rank - step) % ring.size, causal)
-        block_dq, block_dk, block_dv = _blocks.block_backward(
-            _halves(dout, q_half),
-            _halves(q, q_half),
-            _halves(k, kv_half),
-            _halves(v, kv_half),
-            _halves(out, q_half),
-            _halves(lse, q_half, dim=2),
-            scale,
-            block_causal,
-            deterministic,
+        block_dq, block_dk, block_dv = shards.backward(
+            dout, q, k, v, out, lse, q_half, kv_half, scale, block_causal, deterministic
         )
-        _halves(dq, q_half).add_(block_dq)
-        _halves(dk, kv_half).add_(block_dk)
-        _halves(dv, kv_half).add_(block_dv)
+        shards.add_rows(dq, q_half, block_dq)
+        shards.add_rows(dk, kv_half, block_dk)
+        shards.add_rows(dv, kv_half, block_dv)
         # The accumulators follow their K/V shard; after the last step they hop home.
         wait_grads, (dk, dv) = ring.start([dk, dv])
         if step + 1 < ring.size:
@@ -120,10 +106,10 @@ def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring):
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, deterministic, ring):
-        out, lse = _ring_forward(q, k, v, scale, causal, ring)
+    def forward(ctx, q, k, v, scale, causal, deterministic, ring, shards=_blocks.DENSE):
+        out, lse = _ring_forward(q, k, v, scale, causal, ring, shards)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = (scale, causal, deterministic, ring)
+        ctx.options = (scale, causal, deterministic, ring, shards)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -131,7 +117,7 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _ring_backward(dout.contiguous(), q, k, v, out, lse, *ctx.options)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def ring_flash_attn_func(
