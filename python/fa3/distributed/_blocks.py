@@ -9,11 +9,11 @@ recomputes out and lse from its own q, k, v instead (it is the exact reference),
 for one block would give the block's own statistics; on CPU tensors the block
 backward is therefore written here in torch operations, in fp32.
 
-The ring (_ring) sees blocks through a layout, Dense here for (batch, seqlen, nheads,
-headdim) shards. A layout reads and writes the rows of a zigzag half of a shard (half
-None: the whole shard; 0 or 1: its first or second chunk), rows along dim 1 of q, k,
-v and out and dim 2 of lse, and computes a block from whole shards and the halves
-that take part.
+The ring (_ring) sees blocks through a layout: Dense here for (batch, seqlen, nheads,
+headdim) shards, _varlen_blocks.Packed for packed batches. A layout reads and writes
+the rows of a zigzag half of a shard (half None: the whole shard; 0 or 1: its first
+or second chunk), rows along dim 1 of q, k, v and out and dim 2 of lse, and computes
+a block from whole shards and the halves that take part.
 """
 
 import torch

@@ -1,14 +1,16 @@
 """Argument checks of the context-parallel functions, across ranks.
 
-Each rank checks its own shard; one all_gather of a few integers per call then
-checks that every rank holds shards of one problem, so that a mismatch raises the
-same ValueError on every rank instead of hanging a transfer or corrupting a merge.
+Each rank checks its own shard; one all_gather of a few integers per call (two for
+packed shards: their offsets, once their counts agree) then checks that every rank
+holds shards of one problem, so that a mismatch raises the same ValueError on every
+rank instead of hanging a transfer or corrupting a merge.
 """
 
 import torch
 import torch.distributed as dist
 
 from .. import _checks
+from . import _varlen_shards
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn)
 
@@ -47,6 +49,47 @@ def check_across_ranks(q, k, v, causal, group):
     """Raises the same ValueError on every rank unless all ranks hold shards of one problem."""
     fields = [("q", "sequence length", q.shape[1], int), ("q", "batch", q.shape[0], int)]
     _same_on_every_rank(fields + _problem_fields(q, k, v, causal, 2), q.device, group)
+
+
+def check_local_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The checks of one rank's packed shard; returns its offsets (a list of ints)."""
+    _checks.check_qkv(q, k, v, packed=True)
+    _checks.check_varlen_indices(q, cu_seqlens_q, cu_seqlens_k, None, None)
+    offsets = _varlen_shards.offsets_arg("cu_seqlens_q", cu_seqlens_q, q.shape[0], "q")
+    offsets_k = _varlen_shards.offsets_arg("cu_seqlens_k", cu_seqlens_k, k.shape[0], "k")
+    if offsets_k != offsets:
+        raise ValueError(
+            f"cu_seqlens_k: each rank holds the same positions of q, k and v, so cu_seqlens_k must equal "
+            f"cu_seqlens_q; got {offsets_k} and {offsets}"
+        )
+    longest = max(_varlen_shards.lengths(offsets))
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if _checks.max_seqlen_arg(name, value) < longest:
+            raise ValueError(f"{name}: {value} is less than the longest sequence of this rank's shard, {longest}")
+    return offsets
+
+
+def check_across_ranks_varlen(q, k, v, offsets, causal, group):
+    """check_across_ranks for packed shards: the same sequences (local cu_seqlens) too."""
+    fields = [("cu_seqlens_q", "number of sequences", len(offsets) - 1, int)]
+    _same_on_every_rank(fields + _problem_fields(q, k, v, causal, 1), q.device, group)
+    # Now that the counts agree, so do the rows' lengths.
+    _same_on_every_rank(
+        [("cu_seqlens_q", f"cu_seqlens_q[{i}]", offset, int) for i, offset in enumerate(offsets)], q.device, group
+    )
+
+
+def check_varlen_layout(offsets, causal):
+    """Causal attention takes zigzag shards: each sequence's local length is even. Run
+    after the agreement across ranks, this raises alike on every rank."""
+    if not causal:
+        return
+    for b, length in enumerate(_varlen_shards.lengths(offsets)):
+        if length % 2:
+            raise ValueError(
+                f"cu_seqlens_q: causal attention takes zigzag shards (fa3.distributed.zigzag_shard_varlen), two "
+                f"equal chunks of each sequence; sequence {b}'s local length {length} does not split in two"
+            )
 
 
 def _same_on_every_rank(fields, device, group):

@@ -7,8 +7,9 @@ backward pass runs the same ring: every block's gradient is computed with the gl
 out and lse (_blocks.block_backward), dQ stays home, and dK/dV accumulators travel
 with their K/V shard, arriving back at their owner after the last step.
 
-The loops see shards through a layout (_blocks.Dense for fixed-length shards) that
-reads and writes a shard's zigzag halves and computes one block.
+Fixed-length and packed (varlen) shards run the same loops through a layout
+(_blocks.Dense, _varlen_blocks.Packed) that reads and writes a shard's zigzag halves
+and computes one block.
 """
 
 import torch
@@ -16,8 +17,8 @@ import torch.distributed as dist
 
 from .. import _checks as _fa3_checks
 from .._merge import merge_attention_states_list
-from ..interface import flash_attn_func
-from . import _blocks, _checks
+from ..interface import flash_attn_func, flash_attn_varlen_func
+from . import _blocks, _checks, _varlen_blocks
 from ._zigzag import visible_block
 
 
@@ -147,4 +148,59 @@ def ring_flash_attn_func(
     _checks.check_across_ranks(q, k, v, causal, group)
     scale = _fa3_checks.softmax_scale_arg(softmax_scale) or q.shape[3] ** -0.5
     out, lse = _RingAttention.apply(q, k, v, scale, bool(causal), bool(deterministic), _Ring(group))
+    return (out, lse) if return_attn_probs else out
+
+
+def ring_flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=False,
+    group=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """ring_flash_attn_func on packed batches: exact attention over sequences packed
+    without padding, each sequence sharded across the ranks of `group` (default: the
+    whole world).
+
+    q (total, nheads, headdim), k and v (total, nheads_k, headdim | headdim_v): this
+    rank's shard of every sequence, packed in sequence order, as zigzag_shard_varlen
+    (causal) or shard_varlen give them. cu_seqlens_q, cu_seqlens_k (int32, batch + 1),
+    max_seqlen_q, max_seqlen_k: this rank's shard's, as flash_attn_varlen_func takes
+    them; the shard's offsets are the whole batch's divided by the world size, and
+    alike on every rank. q, k and v hold the same positions, so cu_seqlens_k must equal
+    cu_seqlens_q. causal=True takes zigzag shards (each sequence's local length even);
+    without causal, any cut of each sequence into equal pieces, one per rank, works.
+    Empty sequences are allowed. The offsets are read on the host (on CUDA, one
+    synchronization per call).
+
+    Returns this rank's shard of the output (total, nheads, headdim_v), or (out,
+    softmax_lse) with return_attn_probs, softmax_lse being (nheads, total) in float32
+    as flash_attn_varlen_func returns it; differentiable in q, k and v. A group of one
+    rank is plain flash_attn_varlen_func. Mismatched shards across ranks (offsets,
+    heads, head dims, dtype, causal) raise the same ValueError on every rank.
+    """
+    offsets = _checks.check_local_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    group = group or dist.group.WORLD
+    if dist.get_world_size(group) > 1:
+        _checks.check_across_ranks_varlen(q, k, v, offsets, causal, group)
+    _checks.check_varlen_layout(offsets, causal)
+    if dist.get_world_size(group) == 1:
+        return flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=softmax_scale,
+            causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs,
+        )
+    scale = _fa3_checks.softmax_scale_arg(softmax_scale) or q.shape[2] ** -0.5
+    shards = _varlen_blocks.Packed(offsets, bool(causal), q.device)
+    # The ring's loops take the packed rows as one sequence of a batch of one.
+    out, lse = _RingAttention.apply(
+        q[None], k[None], v[None], scale, bool(causal), bool(deterministic), _Ring(group), shards
+    )
+    out, lse = out[0], lse[0]
     return (out, lse) if return_attn_probs else out
