@@ -3,28 +3,19 @@ against one process computing the whole attention, forward and backward, with an
 without causal (zigzag shards), MHA and GQA, world sizes 2, 3 and 4; the zigzag
 helpers; and the errors every rank must raise alike.
 
-Each world runs as spawned processes; a per-test deadline kills a world whose ranks
-are stuck, and the process group's own timeout makes a collective whose peer is gone
-fail rather than wait. Starting the processes costs far more than the small cases
-themselves, so one world of 4 ranks runs every case on groups of its first 2, 3 and 4
-ranks (the last one the default group).
+One world of 4 ranks runs every case on groups of its first 2, 3 and 4 ranks
+(distributed_world).
 """
-
-import datetime
-import os
-import socket
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
-mp = pytest.importorskip("torch.multiprocessing")
+pytest.importorskip("torch.multiprocessing")
 
 import fa3  # noqa: E402
 from fa3 import distributed as cp  # noqa: E402
-
-DEADLINE_S = 90
+from distributed_world import GROUP_SIZES, groups_of_first_ranks, init, leave, run_world  # noqa: E402
 
 # (function name, causal, nheads, nheads_k, dtype)
 CASES = [
@@ -34,47 +25,8 @@ CASES = [
     for nheads, nheads_k in ((4, 4), (4, 2), (4, 1))
     for dtype in (torch.float32, torch.bfloat16)
 ]
-GROUP_SIZES = (2, 3, 4)
 # Shard length per rank: two zigzag chunks of 3.
 SHARD = 6
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_world(worker, world_size, *args):
-    """Runs worker(rank, world_size, port, *args) on world_size spawned processes;
-    fails (killing them) past DEADLINE_S, and re-raises a rank's exception."""
-    port = free_port()
-    context = mp.start_processes(
-        worker, args=(world_size, port, *args), nprocs=world_size, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + DEADLINE_S
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"world of {world_size} ranks did not finish within {DEADLINE_S} s")
-
-
-def init(rank, world_size, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=DEADLINE_S // 2)
-    )
-
-
-def leave():
-    """Tears the world down once every rank is done with it: a rank that destroys its
-    process group (closing its connections) while a peer still completes work with it
-    can make that peer's transport threads abort the process."""
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def full_inputs(world_size, nheads, nheads_k, dtype, seed):
@@ -120,13 +72,9 @@ def check_case(rank, world_size, group, fn_name, causal, nheads, nheads_k, dtype
 
 def all_cases_worker(rank, world_size, port):
     init(rank, world_size, port)
-    # new_group is collective: every rank creates every group, in the same order.
-    groups = {size: dist.new_group(list(range(size))) for size in GROUP_SIZES[:-1]}
-    groups[world_size] = None
-    for size in GROUP_SIZES:
-        if rank < size:
-            for seed, case in enumerate(CASES):
-                check_case(rank, size, groups[size], *case, seed)
+    for size, group in groups_of_first_ranks(rank, world_size):
+        for seed, case in enumerate(CASES):
+            check_case(rank, size, group, *case, seed)
     leave()
 
 

@@ -20,10 +20,34 @@ shards, the ring should.
 causal=True takes zigzag shards (zigzag_shard): the sequence is cut in 2W chunks and
 rank r holds chunks r and 2W - 1 - r, so that every rank does the same causal work.
 Without causal, any split into equal contiguous shards in rank order works.
+
+Packed batches (several sequences in one (total, nheads, headdim) tensor, as
+fa3.flash_attn_varlen_func takes them) have the same two functions,
+ring_flash_attn_varlen_func and allgather_flash_attn_varlen_func. Every sequence is
+sharded across the ranks: rank r holds its piece of each sequence, packed in sequence
+order, so every rank's shard has the same offsets, the whole batch's divided by W;
+the functions take that shard's cu_seqlens and max_seqlen (the local ones, what each
+rank holds). causal=True takes each sequence's zigzag chunks (zigzag_shard_varlen:
+lengths divisible by 2W); otherwise any cut of each sequence into W equal pieces
+works (shard_varlen: contiguous pieces in rank order). zigzag_unshard_varlen and
+unshard_varlen put the shards back together; all four take the whole batch's
+cu_seqlens.
 """
 
-from ._allgather import allgather_flash_attn_func
-from ._ring import ring_flash_attn_func
+from ._allgather import allgather_flash_attn_func, allgather_flash_attn_varlen_func
+from ._ring import ring_flash_attn_func, ring_flash_attn_varlen_func
+from ._varlen_shards import shard_varlen, unshard_varlen, zigzag_shard_varlen, zigzag_unshard_varlen
 from ._zigzag import zigzag_shard, zigzag_unshard
 
-__all__ = ["ring_flash_attn_func", "allgather_flash_attn_func", "zigzag_shard", "zigzag_unshard"]
+__all__ = [
+    "ring_flash_attn_func",
+    "allgather_flash_attn_func",
+    "zigzag_shard",
+    "zigzag_unshard",
+    "ring_flash_attn_varlen_func",
+    "allgather_flash_attn_varlen_func",
+    "zigzag_shard_varlen",
+    "zigzag_unshard_varlen",
+    "shard_varlen",
+    "unshard_varlen",
+]

@@ -8,6 +8,12 @@ fa3::bwd, whose kernels read the out and lse they are given. fa3's CPU backward
 recomputes out and lse from its own q, k, v instead (it is the exact reference), which
 for one block would give the block's own statistics; on CPU tensors the block
 backward is therefore written here in torch operations, in fp32.
+
+The ring (_ring) sees blocks through a layout: Dense here for (batch, seqlen, nheads,
+headdim) shards, _varlen_blocks.Packed for packed batches. A layout reads and writes
+the rows of a zigzag half of a shard (half None: the whole shard; 0 or 1: its first
+or second chunk), rows along dim 1 of q, k, v and out and dim 2 of lse, and computes
+a block from whole shards and the halves that take part.
 """
 
 import torch
@@ -30,10 +36,43 @@ def block_backward(dout, q, k, v, out, lse, scale, causal, deterministic):
             dout, q, k, v, out, lse.contiguous(), None, scale, causal, -1, 0 if causal else -1, 0.0, deterministic, 0
         )
         return dq.float(), dk.float(), dv.float()
-    return _block_backward_with_torch(dout, q, k, v, out, lse, scale, causal)
+    return block_backward_with_torch(dout, q, k, v, out, lse, scale, causal)
 
 
-def _block_backward_with_torch(dout, q, k, v, out, lse, scale, causal):
+class Dense:
+    """Fixed-length shards: a zigzag half is a chunk of the sequence dim, a view."""
+
+    @staticmethod
+    def rows(t, half, dim=1):
+        return t if half is None else t.chunk(2, dim=dim)[half]
+
+    def set_rows(self, t, half, value, dim=1):
+        self.rows(t, half, dim).copy_(value)
+
+    def add_rows(self, t, half, value, dim=1):
+        self.rows(t, half, dim).add_(value)
+
+    def forward(self, q, k, v, q_half, kv_half, scale, causal):
+        return block_forward(self.rows(q, q_half), self.rows(k, kv_half), self.rows(v, kv_half), scale, causal)
+
+    def backward(self, dout, q, k, v, out, lse, q_half, kv_half, scale, causal, deterministic):
+        return block_backward(
+            self.rows(dout, q_half),
+            self.rows(q, q_half),
+            self.rows(k, kv_half),
+            self.rows(v, kv_half),
+            self.rows(out, q_half),
+            self.rows(lse, q_half, dim=2),
+            scale,
+            causal,
+            deterministic,
+        )
+
+
+DENSE = Dense()
+
+
+def block_backward_with_torch(dout, q, k, v, out, lse, scale, causal):
     group = q.shape[2] // k.shape[2]
     qf, dof, of = q.float(), dout.float(), out.float()
     kf = k.float().repeat_interleave(group, dim=2)

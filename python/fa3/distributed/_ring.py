@@ -6,6 +6,10 @@ running (out, lse) in fp32, while the shard for step i + 1 is already on its way
 backward pass runs the same ring: every block's gradient is computed with the global
 out and lse (_blocks.block_backward), dQ stays home, and dK/dV accumulators travel
 with their K/V shard, arriving back at their owner after the last step.
+
+Fixed-length and packed (varlen) shards run the same loops through a layout
+(_blocks.Dense, _varlen_blocks.Packed) that reads and writes a shard's zigzag halves
+and computes one block.
 """
 
 import torch
@@ -13,8 +17,8 @@ import torch.distributed as dist
 
 from .. import _checks as _fa3_checks
 from .._merge import merge_attention_states_list
-from ..interface import flash_attn_func
-from . import _blocks, _checks
+from ..interface import flash_attn_func, flash_attn_varlen_func
+from . import _blocks, _checks, _varlen_blocks
 from ._zigzag import visible_block
 
 
@@ -60,34 +64,25 @@ class _Ring:
         return wait, received
 
 
-def _halves(t, half, dim=1):
-    """The whole shard (half None) or its first / second chunk along dim."""
-    if half is None:
-        return t
-    return t.chunk(2, dim=dim)[half]
-
-
-def _ring_forward(q, k, v, scale, causal, ring):
+def _ring_forward(q, k, v, scale, causal, ring, shards=_blocks.DENSE):
     out = torch.zeros(q.shape[:3] + (v.shape[3],), dtype=torch.float32, device=q.device)
     lse = torch.full((q.shape[0], q.shape[2], q.shape[1]), float("-inf"), dtype=torch.float32, device=q.device)
     for step in range(ring.size):
         if step + 1 < ring.size:
             wait, (next_k, next_v) = ring.start([k, v])
         q_half, kv_half, block_causal = visible_block(ring.rank, (ring.rank - step) % ring.size, causal)
-        block_out, block_lse = _blocks.block_forward(
-            _halves(q, q_half), _halves(k, kv_half), _halves(v, kv_half), scale, block_causal
-        )
-        rows_out, rows_lse = _halves(out, q_half), _halves(lse, q_half, dim=2)
+        block_out, block_lse = shards.forward(q, k, v, q_half, kv_half, scale, block_causal)
+        rows_out, rows_lse = shards.rows(out, q_half), shards.rows(lse, q_half, dim=2)
         merged_out, merged_lse = merge_attention_states_list([rows_out, block_out], [rows_lse, block_lse])
-        rows_out.copy_(merged_out)
-        rows_lse.copy_(merged_lse)
+        shards.set_rows(out, q_half, merged_out)
+        shards.set_rows(lse, q_half, merged_lse, dim=2)
         if step + 1 < ring.size:
             wait()
             k, v = next_k, next_v
     return out.to(q.dtype), lse
 
 
-def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring):
+def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring, shards):
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
     dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
@@ -95,20 +90,12 @@ def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring):
         if step + 1 < ring.size:
             wait_kv, (next_k, next_v) = ring.start([k, v])
         q_half, kv_half, block_causal = visible_block(ring.rank, (ring.rank - step) % ring.size, causal)
-        block_dq, block_dk, block_dv = _blocks.block_backward(
-            _halves(dout, q_half),
-            _halves(q, q_half),
-            _halves(k, kv_half),
-            _halves(v, kv_half),
-            _halves(out, q_half),
-            _halves(lse, q_half, dim=2),
-            scale,
-            block_causal,
-            deterministic,
+        block_dq, block_dk, block_dv = shards.backward(
+            dout, q, k, v, out, lse, q_half, kv_half, scale, block_causal, deterministic
         )
-        _halves(dq, q_half).add_(block_dq)
-        _halves(dk, kv_half).add_(block_dk)
-        _halves(dv, kv_half).add_(block_dv)
+        shards.add_rows(dq, q_half, block_dq)
+        shards.add_rows(dk, kv_half, block_dk)
+        shards.add_rows(dv, kv_half, block_dv)
         # The accumulators follow their K/V shard; after the last step they hop home.
         wait_grads, (dk, dv) = ring.start([dk, dv])
         if step + 1 < ring.size:
@@ -120,10 +107,10 @@ def _ring_backward(dout, q, k, v, out, lse, scale, causal, deterministic, ring):
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, deterministic, ring):
-        out, lse = _ring_forward(q, k, v, scale, causal, ring)
+    def forward(ctx, q, k, v, scale, causal, deterministic, ring, shards=_blocks.DENSE):
+        out, lse = _ring_forward(q, k, v, scale, causal, ring, shards)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = (scale, causal, deterministic, ring)
+        ctx.options = (scale, causal, deterministic, ring, shards)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -131,7 +118,7 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _ring_backward(dout.contiguous(), q, k, v, out, lse, *ctx.options)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def ring_flash_attn_func(
@@ -161,4 +148,59 @@ def ring_flash_attn_func(
     _checks.check_across_ranks(q, k, v, causal, group)
     scale = _fa3_checks.softmax_scale_arg(softmax_scale) or q.shape[3] ** -0.5
     out, lse = _RingAttention.apply(q, k, v, scale, bool(causal), bool(deterministic), _Ring(group))
+    return (out, lse) if return_attn_probs else out
+
+
+def ring_flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=False,
+    group=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """ring_flash_attn_func on packed batches: exact attention over sequences packed
+    without padding, each sequence sharded across the ranks of `group` (default: the
+    whole world).
+
+    q (total, nheads, headdim), k and v (total, nheads_k, headdim | headdim_v): this
+    rank's shard of every sequence, packed in sequence order, as zigzag_shard_varlen
+    (causal) or shard_varlen give them. cu_seqlens_q, cu_seqlens_k (int32, batch + 1),
+    max_seqlen_q, max_seqlen_k: this rank's shard's, as flash_attn_varlen_func takes
+    them; the shard's offsets are the whole batch's divided by the world size, and
+    alike on every rank. q, k and v hold the same positions, so cu_seqlens_k must equal
+    cu_seqlens_q. causal=True takes zigzag shards (each sequence's local length even);
+    without causal, any cut of each sequence into equal pieces, one per rank, works.
+    Empty sequences are allowed. The offsets are read on the host (on CUDA, one
+    synchronization per call).
+
+    Returns this rank's shard of the output (total, nheads, headdim_v), or (out,
+    softmax_lse) with return_attn_probs, softmax_lse being (nheads, total) in float32
+    as flash_attn_varlen_func returns it; differentiable in q, k and v. A group of one
+    rank is plain flash_attn_varlen_func. Mismatched shards across ranks (offsets,
+    heads, head dims, dtype, causal) raise the same ValueError on every rank.
+    """
+    offsets = _checks.check_local_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    group = group or dist.group.WORLD
+    if dist.get_world_size(group) > 1:
+        _checks.check_across_ranks_varlen(q, k, v, offsets, causal, group)
+    _checks.check_varlen_layout(offsets, causal)
+    if dist.get_world_size(group) == 1:
+        return flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=softmax_scale,
+            causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs,
+        )
+    scale = _fa3_checks.softmax_scale_arg(softmax_scale) or q.shape[2] ** -0.5
+    shards = _varlen_blocks.Packed(offsets, bool(causal), q.device)
+    # The ring's loops take the packed rows as one sequence of a batch of one.
+    out, lse = _RingAttention.apply(
+        q[None], k[None], v[None], scale, bool(causal), bool(deterministic), _Ring(group), shards
+    )
+    out, lse = out[0], lse[0]
     return (out, lse) if return_attn_probs else out
