@@ -151,4 +151,15 @@ TensorView sequence_part(const TensorView& t, int dim, Half half) {
   return part;
 }
 
+TensorView contiguous_like(void* data, DType dtype, const TensorView& t, std::int64_t last) {
+  return TensorView::contiguous(data, dtype, {t.shape[0], t.shape[1], t.shape[2], last});
+}
+
+KvShard kv_shard(const TensorView& k, const TensorView& v, void* workspace, const std::size_t (&receive)[2],
+                 int buffer) {
+  if (buffer < 0) return {k, v};
+  char* base = static_cast<char*>(workspace) + receive[buffer];
+  return {contiguous_like(base, k.dtype, k, k.shape[3]), contiguous_like(base + bytes_of(k), v.dtype, v, v.shape[3])};
+}
+
 }  // namespace fa3::distributed::detail

@@ -76,4 +76,15 @@ Status validate_ring(const RingArgs& args, int rank, int world_size, const Valid
 // `t`'s part `half` along dimension `dim` (the sequence), as a view of the same memory.
 TensorView sequence_part(const TensorView& t, int dim, Half half);
 
+// A contiguous view at `data` of `t`'s first three dimensions and a last one of `last`.
+TensorView contiguous_like(void* data, DType dtype, const TensorView& t, std::int64_t last);
+
+// The K/V shard in hand at a step: the caller's k and v (buffer -1), else receive
+// buffer `buffer` of the workspace (at offset receive[buffer]: K, then V), contiguous.
+struct KvShard {
+  TensorView k, v;
+};
+KvShard kv_shard(const TensorView& k, const TensorView& v, void* workspace, const std::size_t (&receive)[2],
+                 int buffer);
+
 }  // namespace fa3::distributed::detail

@@ -284,5 +284,22 @@ TEST(RingSequencePart, HalvesAreViewsOfTheSameMemory) {
   EXPECT_EQ(sequence_part(q, 1, Half::kWhole).data, q.data);
 }
 
+TEST(RingKvShard, CallersAtFirstThenReceiveBuffersOfKThenV) {
+  const RingArgs a = valid_args();
+  const std::size_t receive[2] = {0, 8192};
+  const KvShard own = kv_shard(a.k, a.v, at(0x1000000), receive, -1);
+  EXPECT_EQ(own.k.data, a.k.data);
+  EXPECT_EQ(own.v.data, a.v.data);
+  const KvShard second = kv_shard(a.k, a.v, at(0x1000000), receive, 1);
+  EXPECT_EQ(second.k.data, at(0x1000000 + 8192));
+  EXPECT_EQ(second.v.data, at(0x1000000 + 8192 + 2 * 6 * 2 * 64 * 2));
+  for (const TensorView* t : {&second.k, &second.v}) {
+    EXPECT_EQ(t->dtype, DType::kBFloat16);
+    EXPECT_EQ(t->shape[1], 6);
+    EXPECT_EQ(t->stride[0], 6 * 2 * 64);
+    EXPECT_EQ(t->stride[3], 1);
+  }
+}
+
 }  // namespace
 }  // namespace fa3::distributed::detail
