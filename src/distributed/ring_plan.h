@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "api/validate.h"
@@ -49,6 +51,21 @@ struct RingStep {
 };
 std::vector<RingStep> ring_schedule(int rank, int world_size, bool causal);
 
+// The bytes of a tensor's elements (of a contiguous tensor: its memory).
+std::size_t bytes_of(const TensorView& t);
+
+// Regions of a workspace, one after another, each starting 256-byte aligned (as the
+// caller's workspace does): take() gives a region's offset, end() the bytes so far.
+constexpr std::size_t kWorkspaceAlign = 256;
+class WorkspaceCarver {
+ public:
+  std::size_t take(std::size_t bytes);
+  std::size_t end() const { return at_; }
+
+ private:
+  std::size_t at_ = 0;
+};
+
 // Byte offsets into the workspace, each 256-byte aligned. A receive buffer holds one
 // K shard followed by one V shard.
 struct WorkspaceLayout {
@@ -66,6 +83,19 @@ WorkspaceLayout workspace_layout(const RingArgs& args, int world_size);
 // The local call on the whole shard (q against the rank's whole K/V shard): what every
 // block of the ring is a part of, and the one call a ring of one rank makes.
 ForwardArgs shard_forward_args(const RingArgs& args);
+
+// The rules both directions share, on the shards alone: `rank` within the world; q, k,
+// v and the `outputs` given, 4-d; k and v of q's positions; halves of zigzag shards
+// when causal; k and v contiguous when they travel (more than one rank).
+using NamedShards = std::initializer_list<std::pair<const char*, const TensorView*>>;
+Status validate_shards(const TensorView& q, const TensorView& k, const TensorView& v, const NamedShards& outputs,
+                       bool causal, int rank, int world_size);
+
+// The caller's workspace of a ring call: at least `need` bytes, 256-byte aligned, and
+// memory of the current device where `target` locates pointers. `size_query` names the
+// function that gives `need`.
+Status check_ring_workspace(const void* workspace, std::size_t bytes, std::size_t need, int world_size,
+                            const char* size_query, const ValidationTarget& target);
 
 // The rules of ring_forward for `rank` of `world_size`, against `target` (fa3::forward's
 // on the device; a target without pointer checks in tests). check_workspace: whether

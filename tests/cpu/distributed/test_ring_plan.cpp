@@ -268,6 +268,20 @@ TEST(RingValidate, WorkspaceLargeEnoughAndAligned) {
   EXPECT_TRUE(validate(a, 0, 1).is_ok()) << "one rank needs no workspace";
 }
 
+// A target that finds every pointer on the current device but `away`.
+ValidationTarget locating_target(const void* away) {
+  ValidationTarget t = device_target();
+  t.locate = [away](const void* p) { return p == away ? std::string("host memory") : std::string(); };
+  return t;
+}
+
+TEST(RingValidate, WorkspaceOnTheCurrentDevice) {
+  const RingArgs a = valid_args();
+  expect_invalid(validate_ring(a, 1, 4, locating_target(a.workspace), true),
+                 "workspace: pointer is host memory, not memory of the current CUDA device");
+  EXPECT_TRUE(validate_ring(a, 1, 4, locating_target(nullptr), true).is_ok());
+}
+
 TEST(RingSequencePart, HalvesAreViewsOfTheSameMemory) {
   const TensorView q = TensorView::contiguous(at(0x100000), DType::kBFloat16, {2, 6, 4, 64});
   const TensorView first = sequence_part(q, 1, Half::kFirst);
