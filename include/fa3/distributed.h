@@ -22,11 +22,13 @@
 // rows (with the row's own statistics, not the block's, its probabilities and
 // D = rowsum(dout * out) are those of the whole row, so the block's gradients are its
 // exact part of the whole); dq is summed at home in fp32, and the fp32 dk/dv sums travel
-// with their K/V shard around the ring, arriving back at their owner after the last hop.
+// with their K/V shard around the ring (a hop after each step's block, W in all, one
+// more than K/V makes), arriving back at their owner after the last step. Each block's gradients come out of
+// fa3::backward in the inputs' dtype before they are summed.
 //
-// Not yet run on GPUs: the host-side plan (schedule, zigzag blocks, workspace, rules)
-// is tested on the CPU; the multi-GPU test (tests/gpu/distributed) awaits a machine
-// with two or more Hopper GPUs.
+// Not yet run on GPUs: the host-side plans (schedules, zigzag blocks, workspaces, rules)
+// are tested on the CPU; the GPU tests (tests/gpu/distributed: the forward's merges and
+// the backward's steps on one GPU, both rings on two or more) await a Hopper machine.
 #pragma once
 
 #include <cuda_runtime_api.h>
