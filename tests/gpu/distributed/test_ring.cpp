@@ -54,6 +54,8 @@ RankResult run_rank(int rank, ncclComm_t comm, const RingProblem& p, bool causal
   cudaMalloc(&dlse, lse_elems * 4);
   fill_nan(dout, DType::kBFloat16, out_elems);  // every element must be written
   fill_nan(dlse, DType::kFloat32, lse_elems);
+  // The fills run on the default stream, which the ring's non-blocking streams do not wait for.
+  cudaDeviceSynchronize();
 
   distributed::RingArgs args;
   args.q = TensorView::contiguous(dq, DType::kBFloat16, {p.batch, shard, p.nheads, p.head_dim});
