@@ -17,9 +17,18 @@
 // cut in 2W equal chunks, rank r holding chunks r and 2W - 1 - r, one after the other,
 // so that every rank does the same causal work.
 //
-// Not yet run on GPUs: the host-side plan (schedule, zigzag blocks, workspace, rules)
-// is tested on the CPU; the multi-GPU test (tests/gpu/distributed) awaits a machine
-// with two or more Hopper GPUs.
+// The backward (ring_backward) runs the same ring. At each step fa3::backward computes
+// the gradients of the block in hand from the forward's global out and lse of the query
+// rows (with the row's own statistics, not the block's, its probabilities and
+// D = rowsum(dout * out) are those of the whole row, so the block's gradients are its
+// exact part of the whole); dq is summed at home in fp32, and the fp32 dk/dv sums travel
+// with their K/V shard around the ring (a hop after each step's block, W in all, one
+// more than K/V makes), arriving back at their owner after the last step. Each block's gradients come out of
+// fa3::backward in the inputs' dtype before they are summed.
+//
+// Not yet run on GPUs: the host-side plans (schedules, zigzag blocks, workspaces, rules)
+// are tested on the CPU; the GPU tests (tests/gpu/distributed: the forward's merges and
+// the backward's steps on one GPU, both rings on two or more) await a Hopper machine.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -63,5 +72,44 @@ Status ring_workspace_size(const RingArgs& args, int world_size, std::size_t* by
 // no output is touched. Validation is local (no collective is spent on it): a rank whose
 // arguments are rejected does not join the ring, and its peers then wait for it.
 Status ring_forward(const RingArgs& args, ncclComm_t comm, cudaStream_t stream);
+
+// The backward of ring_forward: this rank's shards of the gradients of q, k and v. The
+// shards, causal (zigzag shards), softmax_scale, comm_stream and the rules are
+// ring_forward's.
+struct RingBackwardArgs {
+  TensorView q;     // the forward's shards: (batch, shard_len, nheads_q, head_dim), fp16 or bf16
+  TensorView k;     // (batch, shard_len, nheads_kv, head_dim), contiguous: it travels whole
+  TensorView v;     // (batch, shard_len, nheads_kv, head_dim_v), contiguous
+  TensorView out;   // ring_forward's out for this rank's queries (over the whole sequence)
+  TensorView dout;  // the loss's gradient with respect to out; out's shape and dtype
+  TensorView lse;   // ring_forward's lse: fp32 (batch, nheads_q, shard_len), over the whole sequence
+  TensorView dq;    // written: q's shape and dtype, any strides fa3::backward takes
+  TensorView dk;    // written: k's shape and dtype
+  TensorView dv;    // written: v's shape and dtype
+  float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim); the forward's
+  bool causal = false;        // the forward's
+  // Passed to every block's fa3::backward; the blocks' sums follow the ring's fixed step
+  // order, so that repeated calls give bitwise identical dq, dk and dv.
+  bool deterministic = false;
+  cudaStream_t comm_stream = nullptr;  // as in RingArgs
+  // Device scratch memory, owned by the caller: at least ring_backward_workspace_size()
+  // bytes, 256-byte aligned, of the current device (two K/V receive buffers, two fp32
+  // dk/dv sums that travel, the fp32 dq sum, one block's dq, dk and dv, and the block
+  // calls' own fa3::backward workspace). With one rank, fa3::backward's workspace.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+// The workspace ring_backward needs for `args` on a ring of `world_size` ranks, in
+// bytes. Validates args as ring_backward does, except the workspace and where pointers
+// live; reads no tensor data and enqueues nothing.
+Status ring_backward_workspace_size(const RingBackwardArgs& args, int world_size, std::size_t* bytes);
+
+// Ring attention backward on the current CUDA device, enqueued on `stream` (and on
+// args.comm_stream), with the caller's communicator, as ring_forward: every rank calls it
+// with shards of one problem, and it returns once its work is enqueued. One rank is
+// fa3::backward. On a rejection nothing is enqueued and no output is touched; validation
+// is local, as in ring_forward.
+Status ring_backward(const RingBackwardArgs& args, ncclComm_t comm, cudaStream_t stream);
 
 }  // namespace fa3::distributed

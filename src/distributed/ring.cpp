@@ -11,10 +11,9 @@
 // so each step waits for its own shard and the transfer of shard s + 1 overlaps the
 // compute of shard s. At the end a 1-part merge writes the running result into the
 // caller's out and lse, in their dtype.
-#include <string>
-
 #include "api/validate.h"
 #include "common/status_macros.h"
+#include "distributed/ring_comm.h"
 #include "distributed/ring_plan.h"
 #include "distributed/ring_result.h"
 #include "fa3/attention.h"
@@ -23,65 +22,22 @@
 namespace fa3::distributed {
 namespace {
 
-Status nccl_status(ncclResult_t result, const char* what) {
-  if (result == ncclSuccess) return Status::ok();
-  return {StatusCode::kCudaError, std::string(what) + ": " + ncclGetErrorString(result)};
-}
+using detail::Event;
+using detail::KvShard;
+using detail::Ring;
 
-Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::ok();
-  return {StatusCode::kCudaError, std::string(what) + ": " + cudaGetErrorString(err)};
-}
-
-// Events of one call, destroyed when it returns (their recorded work may still be
-// pending: CUDA releases them once it is done).
-struct Events {
-  cudaEvent_t received = nullptr, computed = nullptr;
-  ~Events() {
-    if (received) cudaEventDestroy(received);
-    if (computed) cudaEventDestroy(computed);
-  }
-};
-
-struct Ring {
-  int rank, size, next, prev;
-};
-
-TensorView contiguous_like(void* data, DType dtype, const TensorView& t, std::int64_t last) {
-  return TensorView::contiguous(data, dtype, {t.shape[0], t.shape[1], t.shape[2], last});
-}
-
-// The K/V shard in hand at a step: the caller's at step 0, else a receive buffer.
-struct Shard {
-  TensorView k, v;
-};
-Shard shard_in(const RingArgs& args, const detail::WorkspaceLayout& layout, int buffer) {
-  if (buffer < 0) return {args.k, args.v};
-  char* base = static_cast<char*>(args.workspace) + layout.receive[buffer];
-  return {contiguous_like(base, args.k.dtype, args.k, args.k.shape[3]),
-          contiguous_like(base + layout.k_bytes, args.v.dtype, args.v, args.v.shape[3])};
-}
-
-Status exchange(const Shard& send, const Shard& receive, const detail::WorkspaceLayout& layout, const Ring& ring,
-                ncclComm_t comm, cudaStream_t stream) {
-  FA3_RETURN_IF_ERROR(nccl_status(ncclGroupStart(), "ncclGroupStart"));
-  ncclResult_t result = ncclSend(send.k.data, layout.k_bytes, ncclUint8, ring.next, comm, stream);
-  if (result == ncclSuccess) result = ncclSend(send.v.data, layout.v_bytes, ncclUint8, ring.next, comm, stream);
-  if (result == ncclSuccess) result = ncclRecv(receive.k.data, layout.k_bytes, ncclUint8, ring.prev, comm, stream);
-  if (result == ncclSuccess) result = ncclRecv(receive.v.data, layout.v_bytes, ncclUint8, ring.prev, comm, stream);
-  const ncclResult_t ended = ncclGroupEnd();
-  FA3_RETURN_IF_ERROR(nccl_status(result, "ncclSend/ncclRecv"));
-  return nccl_status(ended, "ncclGroupEnd");
+KvShard shard_in(const RingArgs& args, const detail::WorkspaceLayout& layout, int buffer) {
+  return detail::kv_shard(args.k, args.v, args.workspace, layout.receive, buffer);
 }
 
 // One block: fa3::forward on the visible part, its (out, lse) written into the block
 // buffers at the rows it covers, then merged into those rows of the running result.
-Status compute_block(const RingArgs& args, const Shard& shard, const detail::RingStep& step,
+Status compute_block(const RingArgs& args, const KvShard& shard, const detail::RingStep& step,
                      const detail::WorkspaceLayout& layout, bool first, cudaStream_t stream) {
   char* ws = static_cast<char*>(args.workspace);
   const std::int64_t batch = args.q.shape[0], shard_len = args.q.shape[1], nheads = args.q.shape[2];
   const std::int64_t head_dim_v = args.v.shape[3];
-  const TensorView block_out = contiguous_like(ws + layout.block_out, args.q.dtype, args.q, head_dim_v);
+  const TensorView block_out = detail::contiguous_like(ws + layout.block_out, args.q.dtype, args.q, head_dim_v);
   const TensorView block_lse =
       TensorView::contiguous(ws + layout.block_lse, DType::kFloat32, {batch, nheads, shard_len});
   ForwardArgs fwd;
@@ -100,43 +56,29 @@ Status compute_block(const RingArgs& args, const Shard& shard, const detail::Rin
 Status run_ring(const RingArgs& args, const Ring& ring, ncclComm_t comm, cudaStream_t stream) {
   const detail::WorkspaceLayout layout = detail::workspace_layout(args, ring.size);
   const cudaStream_t comm_stream = args.comm_stream != nullptr ? args.comm_stream : stream;
-  Events events;
-  FA3_RETURN_IF_ERROR(
-      cuda_status(cudaEventCreateWithFlags(&events.received, cudaEventDisableTiming), "cudaEventCreate"));
-  FA3_RETURN_IF_ERROR(
-      cuda_status(cudaEventCreateWithFlags(&events.computed, cudaEventDisableTiming), "cudaEventCreate"));
+  Event received, computed;
+  FA3_RETURN_IF_ERROR(received.create());
+  FA3_RETURN_IF_ERROR(computed.create());
   // The caller's q, k and v are ready on the compute stream: the first send waits for them.
-  FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.computed, stream), "cudaEventRecord"));
+  FA3_RETURN_IF_ERROR(computed.record(stream));
   const auto steps = detail::ring_schedule(ring.rank, ring.size, args.causal);
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const detail::RingStep& step = steps[i];
-    const Shard hand = shard_in(args, layout, step.hand);
-    if (step.hand >= 0) {
-      FA3_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream, events.received, 0), "cudaStreamWaitEvent"));
-    }
+    const KvShard hand = shard_in(args, layout, step.hand);
+    if (step.hand >= 0) FA3_RETURN_IF_ERROR(received.wait(stream));
     if (step.receive >= 0) {
-      FA3_RETURN_IF_ERROR(
-          cuda_status(cudaStreamWaitEvent(comm_stream, events.computed, 0), "cudaStreamWaitEvent"));
-      FA3_RETURN_IF_ERROR(exchange(hand, shard_in(args, layout, step.receive), layout, ring, comm, comm_stream));
-      FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.received, comm_stream), "cudaEventRecord"));
+      FA3_RETURN_IF_ERROR(computed.wait(comm_stream));
+      FA3_RETURN_IF_ERROR(detail::exchange_shard(hand, shard_in(args, layout, step.receive), ring, comm, comm_stream));
+      FA3_RETURN_IF_ERROR(received.record(comm_stream));
     }
     FA3_RETURN_IF_ERROR(compute_block(args, hand, step, layout, i == 0, stream));
-    FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.computed, stream), "cudaEventRecord"));
+    FA3_RETURN_IF_ERROR(computed.record(stream));
   }
   // The last sends read buffers the caller may reuse after the call: the compute
   // stream, and so the caller, waits for the transfers too.
-  FA3_RETURN_IF_ERROR(cuda_status(cudaEventRecord(events.received, comm_stream), "cudaEventRecord"));
-  FA3_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream, events.received, 0), "cudaStreamWaitEvent"));
+  FA3_RETURN_IF_ERROR(received.record(comm_stream));
+  FA3_RETURN_IF_ERROR(received.wait(stream));
   return detail::write_result(detail::running_result(args, layout), args.out, args.lse, stream);
-}
-
-Status ring_of(ncclComm_t comm, Ring* ring) {
-  if (comm == nullptr) return {StatusCode::kInvalidArgument, "comm: required, got a null communicator"};
-  FA3_RETURN_IF_ERROR(nccl_status(ncclCommUserRank(comm, &ring->rank), "ncclCommUserRank"));
-  FA3_RETURN_IF_ERROR(nccl_status(ncclCommCount(comm, &ring->size), "ncclCommCount"));
-  ring->next = (ring->rank + 1) % ring->size;
-  ring->prev = (ring->rank + ring->size - 1) % ring->size;
-  return Status::ok();
 }
 
 }  // namespace
@@ -152,7 +94,7 @@ Status ring_workspace_size(const RingArgs& args, int world_size, std::size_t* by
 
 Status ring_forward(const RingArgs& args, ncclComm_t comm, cudaStream_t stream) {
   Ring ring{};
-  FA3_RETURN_IF_ERROR(ring_of(comm, &ring));
+  FA3_RETURN_IF_ERROR(detail::ring_of(comm, &ring));
   FA3_RETURN_IF_ERROR(detail::validate_ring(args, ring.rank, ring.size, gpu_target(), true));
   if (ring.size == 1) return forward(detail::shard_forward_args(args), stream);
   return run_ring(args, ring, comm, stream);

@@ -1,5 +1,7 @@
 #include "distributed/ring_plan.h"
 
+#include <string>
+
 #include "api/validate_messages.h"
 #include "common/status_macros.h"
 #include "fa3/attention.h"
@@ -10,12 +12,6 @@ namespace {
 using ::fa3::detail::cat;
 using ::fa3::detail::invalid;
 using ::fa3::detail::shape_string;
-
-constexpr std::size_t kAlign = 256;
-
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-std::size_t bytes_of(const TensorView& t) { return static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype); }
 
 bool is_contiguous(const TensorView& t) {
   std::int64_t expected = 1;
@@ -35,6 +31,14 @@ Status check_rank4(const char* name, const TensorView& t) {
 }
 
 }  // namespace
+
+std::size_t bytes_of(const TensorView& t) { return static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype); }
+
+std::size_t WorkspaceCarver::take(std::size_t bytes) {
+  const std::size_t offset = at_;
+  at_ += (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+  return offset;
+}
 
 ZigzagChunks zigzag_chunks(int rank, int world_size) { return {rank, 2 * world_size - 1 - rank}; }
 
@@ -71,19 +75,14 @@ WorkspaceLayout workspace_layout(const RingArgs& args, int world_size) {
   const auto head_dim_v = static_cast<std::size_t>(args.v.shape[3]);
   const std::size_t out_elems = batch * shard * nheads * head_dim_v;
   const std::size_t lse_elems = batch * nheads * shard;
-  std::size_t at = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t offset = at;
-    at += align_up(bytes);
-    return offset;
-  };
-  l.receive[0] = take(l.k_bytes + l.v_bytes);
-  l.receive[1] = take(l.k_bytes + l.v_bytes);
-  l.acc_out = take(out_elems * sizeof(float));
-  l.acc_lse = take(lse_elems * sizeof(float));
-  l.block_out = take(out_elems * dtype_size(args.q.dtype));
-  l.block_lse = take(lse_elems * sizeof(float));
-  l.bytes = at;
+  WorkspaceCarver carve;
+  l.receive[0] = carve.take(l.k_bytes + l.v_bytes);
+  l.receive[1] = carve.take(l.k_bytes + l.v_bytes);
+  l.acc_out = carve.take(out_elems * sizeof(float));
+  l.acc_lse = carve.take(lse_elems * sizeof(float));
+  l.block_out = carve.take(out_elems * dtype_size(args.q.dtype));
+  l.block_lse = carve.take(lse_elems * sizeof(float));
+  l.bytes = carve.end();
   return l;
 }
 
@@ -99,45 +98,65 @@ ForwardArgs shard_forward_args(const RingArgs& args) {
   return whole;
 }
 
-Status validate_ring(const RingArgs& args, int rank, int world_size, const ValidationTarget& target,
-                     bool check_workspace) {
+Status validate_shards(const TensorView& q, const TensorView& k, const TensorView& v, const NamedShards& outputs,
+                       bool causal, int rank, int world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return invalid(cat("comm: rank ", rank, " of ", world_size, " ranks; need 0 <= rank < world size"));
   }
-  FA3_RETURN_IF_ERROR(check_rank4("q", args.q));
-  FA3_RETURN_IF_ERROR(check_rank4("k", args.k));
-  FA3_RETURN_IF_ERROR(check_rank4("v", args.v));
-  FA3_RETURN_IF_ERROR(check_rank4("out", args.out));
-  for (const auto& [name, t] : {std::pair{"k", &args.k}, std::pair{"v", &args.v}}) {
-    if (t->shape[1] != args.q.shape[1]) {
-      return invalid(cat(name, ": every rank holds the same positions of q, k and v; the shard has ",
-                                 args.q.shape[1], " queries and ", t->shape[1], " keys"));
+  FA3_RETURN_IF_ERROR(check_rank4("q", q));
+  FA3_RETURN_IF_ERROR(check_rank4("k", k));
+  FA3_RETURN_IF_ERROR(check_rank4("v", v));
+  for (const auto& [name, t] : outputs) FA3_RETURN_IF_ERROR(check_rank4(name, *t));
+  for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}}) {
+    if (t->shape[1] != q.shape[1]) {
+      return invalid(cat(name, ": every rank holds the same positions of q, k and v; the shard has ", q.shape[1],
+                         " queries and ", t->shape[1], " keys"));
     }
   }
-  if (args.causal && args.q.shape[1] % 2 != 0) {
-    return invalid(cat("q: causal ring attention takes zigzag shards of two equal chunks; a shard of ",
-                               args.q.shape[1], " positions does not split in two"));
+  if (causal && q.shape[1] % 2 != 0) {
+    return invalid(cat("q: causal ring attention takes zigzag shards of two equal chunks; a shard of ", q.shape[1],
+                       " positions does not split in two"));
   }
   if (world_size > 1) {
-    for (const auto& [name, t] : {std::pair{"k", &args.k}, std::pair{"v", &args.v}}) {
+    for (const auto& [name, t] : {std::pair{"k", &k}, std::pair{"v", &v}}) {
       if (!is_contiguous(*t)) {
         return invalid(cat(name, ": must be contiguous, as its shard travels whole between ranks; got shape ",
-                                   shape_string(*t), " with other strides"));
+                           shape_string(*t), " with other strides"));
       }
     }
   }
+  return Status::ok();
+}
+
+Status check_ring_workspace(const void* workspace, std::size_t bytes, std::size_t need, int world_size,
+                            const char* size_query, const ValidationTarget& target) {
+  if (workspace == nullptr || bytes < need) {
+    return invalid(cat("workspace: the ring of ", world_size, world_size == 1 ? " rank" : " ranks", " needs ",
+                       std::to_string(need), " bytes (", size_query, "), got ", std::to_string(bytes),
+                       workspace == nullptr ? " and a null pointer" : ""));
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlign != 0) {
+    return invalid("workspace: must be 256-byte aligned");
+  }
+  // The ring's kernels run on it after the first transfers are enqueued: memory they
+  // cannot use would fail the call half-way, with its peers waiting.
+  if (target.locate) {
+    const std::string where = target.locate(workspace);
+    if (!where.empty()) return invalid("workspace: pointer is " + where + ", not memory of the current CUDA device");
+  }
+  return Status::ok();
+}
+
+Status validate_ring(const RingArgs& args, int rank, int world_size, const ValidationTarget& target,
+                     bool check_workspace) {
+  FA3_RETURN_IF_ERROR(
+      validate_shards(args.q, args.k, args.v, {{"out", &args.out}}, args.causal, rank, world_size));
   Problem problem;
   FA3_RETURN_IF_ERROR(validate_forward(shard_forward_args(args), target, &problem));
   if (check_workspace && world_size > 1) {
-    const std::size_t need = workspace_layout(args, world_size).bytes;
-    if (args.workspace == nullptr || args.workspace_bytes < need) {
-      return invalid(cat("workspace: the ring of ", world_size, " ranks needs ", std::to_string(need),
-                                 " bytes (ring_workspace_size), got ", std::to_string(args.workspace_bytes),
-                                 args.workspace == nullptr ? " and a null pointer" : ""));
-    }
-    if (reinterpret_cast<std::uintptr_t>(args.workspace) % kAlign != 0) {
-      return invalid("workspace: must be 256-byte aligned");
-    }
+    FA3_RETURN_IF_ERROR(check_ring_workspace(args.workspace, args.workspace_bytes,
+                                             workspace_layout(args, world_size).bytes, world_size,
+                                             "ring_workspace_size", target));
   }
   return Status::ok();
 }
@@ -149,6 +168,17 @@ TensorView sequence_part(const TensorView& t, int dim, Half half) {
   const std::int64_t offset = (half == Half::kSecond ? part.shape[dim] : 0) * t.stride[dim];
   part.data = static_cast<char*>(t.data) + offset * static_cast<std::int64_t>(dtype_size(t.dtype));
   return part;
+}
+
+TensorView contiguous_like(void* data, DType dtype, const TensorView& t, std::int64_t last) {
+  return TensorView::contiguous(data, dtype, {t.shape[0], t.shape[1], t.shape[2], last});
+}
+
+KvShard kv_shard(const TensorView& k, const TensorView& v, void* workspace, const std::size_t (&receive)[2],
+                 int buffer) {
+  if (buffer < 0) return {k, v};
+  char* base = static_cast<char*>(workspace) + receive[buffer];
+  return {contiguous_like(base, k.dtype, k, k.shape[3]), contiguous_like(base + bytes_of(k), v.dtype, v, v.shape[3])};
 }
 
 }  // namespace fa3::distributed::detail

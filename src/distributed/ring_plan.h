@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "api/validate.h"
@@ -49,6 +51,21 @@ struct RingStep {
 };
 std::vector<RingStep> ring_schedule(int rank, int world_size, bool causal);
 
+// The bytes of a tensor's elements (of a contiguous tensor: its memory).
+std::size_t bytes_of(const TensorView& t);
+
+// Regions of a workspace, one after another, each starting 256-byte aligned (as the
+// caller's workspace does): take() gives a region's offset, end() the bytes so far.
+constexpr std::size_t kWorkspaceAlign = 256;
+class WorkspaceCarver {
+ public:
+  std::size_t take(std::size_t bytes);
+  std::size_t end() const { return at_; }
+
+ private:
+  std::size_t at_ = 0;
+};
+
 // Byte offsets into the workspace, each 256-byte aligned. A receive buffer holds one
 // K shard followed by one V shard.
 struct WorkspaceLayout {
@@ -67,6 +84,19 @@ WorkspaceLayout workspace_layout(const RingArgs& args, int world_size);
 // block of the ring is a part of, and the one call a ring of one rank makes.
 ForwardArgs shard_forward_args(const RingArgs& args);
 
+// The rules both directions share, on the shards alone: `rank` within the world; q, k,
+// v and the `outputs` given, 4-d; k and v of q's positions; halves of zigzag shards
+// when causal; k and v contiguous when they travel (more than one rank).
+using NamedShards = std::initializer_list<std::pair<const char*, const TensorView*>>;
+Status validate_shards(const TensorView& q, const TensorView& k, const TensorView& v, const NamedShards& outputs,
+                       bool causal, int rank, int world_size);
+
+// The caller's workspace of a ring call: at least `need` bytes, 256-byte aligned, and
+// memory of the current device where `target` locates pointers. `size_query` names the
+// function that gives `need`.
+Status check_ring_workspace(const void* workspace, std::size_t bytes, std::size_t need, int world_size,
+                            const char* size_query, const ValidationTarget& target);
+
 // The rules of ring_forward for `rank` of `world_size`, against `target` (fa3::forward's
 // on the device; a target without pointer checks in tests). check_workspace: whether
 // the workspace is checked (not for the size query).
@@ -75,5 +105,16 @@ Status validate_ring(const RingArgs& args, int rank, int world_size, const Valid
 
 // `t`'s part `half` along dimension `dim` (the sequence), as a view of the same memory.
 TensorView sequence_part(const TensorView& t, int dim, Half half);
+
+// A contiguous view at `data` of `t`'s first three dimensions and a last one of `last`.
+TensorView contiguous_like(void* data, DType dtype, const TensorView& t, std::int64_t last);
+
+// The K/V shard in hand at a step: the caller's k and v (buffer -1), else receive
+// buffer `buffer` of the workspace (at offset receive[buffer]: K, then V), contiguous.
+struct KvShard {
+  TensorView k, v;
+};
+KvShard kv_shard(const TensorView& k, const TensorView& v, void* workspace, const std::size_t (&receive)[2],
+                 int buffer);
 
 }  // namespace fa3::distributed::detail

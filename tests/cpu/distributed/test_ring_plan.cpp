@@ -268,6 +268,20 @@ TEST(RingValidate, WorkspaceLargeEnoughAndAligned) {
   EXPECT_TRUE(validate(a, 0, 1).is_ok()) << "one rank needs no workspace";
 }
 
+// A target that finds every pointer on the current device but `away`.
+ValidationTarget locating_target(const void* away) {
+  ValidationTarget t = device_target();
+  t.locate = [away](const void* p) { return p == away ? std::string("host memory") : std::string(); };
+  return t;
+}
+
+TEST(RingValidate, WorkspaceOnTheCurrentDevice) {
+  const RingArgs a = valid_args();
+  expect_invalid(validate_ring(a, 1, 4, locating_target(a.workspace), true),
+                 "workspace: pointer is host memory, not memory of the current CUDA device");
+  EXPECT_TRUE(validate_ring(a, 1, 4, locating_target(nullptr), true).is_ok());
+}
+
 TEST(RingSequencePart, HalvesAreViewsOfTheSameMemory) {
   const TensorView q = TensorView::contiguous(at(0x100000), DType::kBFloat16, {2, 6, 4, 64});
   const TensorView first = sequence_part(q, 1, Half::kFirst);
@@ -282,6 +296,23 @@ TEST(RingSequencePart, HalvesAreViewsOfTheSameMemory) {
   EXPECT_EQ(static_cast<char*>(lse_second.data) - static_cast<char*>(lse.data), 3 * 4);
   EXPECT_EQ(lse_second.shape[2], 3);
   EXPECT_EQ(sequence_part(q, 1, Half::kWhole).data, q.data);
+}
+
+TEST(RingKvShard, CallersAtFirstThenReceiveBuffersOfKThenV) {
+  const RingArgs a = valid_args();
+  const std::size_t receive[2] = {0, 8192};
+  const KvShard own = kv_shard(a.k, a.v, at(0x1000000), receive, -1);
+  EXPECT_EQ(own.k.data, a.k.data);
+  EXPECT_EQ(own.v.data, a.v.data);
+  const KvShard second = kv_shard(a.k, a.v, at(0x1000000), receive, 1);
+  EXPECT_EQ(second.k.data, at(0x1000000 + 8192));
+  EXPECT_EQ(second.v.data, at(0x1000000 + 8192 + 2 * 6 * 2 * 64 * 2));
+  for (const TensorView* t : {&second.k, &second.v}) {
+    EXPECT_EQ(t->dtype, DType::kBFloat16);
+    EXPECT_EQ(t->shape[1], 6);
+    EXPECT_EQ(t->stride[0], 6 * 2 * 64);
+    EXPECT_EQ(t->stride[3], 1);
+  }
 }
 
 }  // namespace

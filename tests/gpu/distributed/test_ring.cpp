@@ -13,13 +13,13 @@
 #include <cstring>
 #include <future>
 #include <numeric>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "api/validate.h"
 #include "common/gpu_test_util.h"
+#include "distributed/ring_shards.h"
 #include "fa3/distributed.h"
 #include "reference/cuda_reference.h"
 
@@ -28,64 +28,15 @@ namespace {
 
 constexpr auto kDeadline = std::chrono::seconds(120);
 
-int hopper_devices() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  int hoppers = 0;
-  for (int d = 0; d < count; ++d) {
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && prop.major == 9) ++hoppers;
-  }
-  return hoppers;
-}
-
 struct RingProblem {
   std::int64_t batch, seqlen, nheads, nheads_kv, head_dim;
 };
-
-// Whole-sequence positions of `rank`'s shard: zigzag chunks when causal, else the
-// rank-th contiguous piece.
-std::vector<std::int64_t> shard_positions(int rank, int world, std::int64_t seqlen, bool causal) {
-  std::vector<std::int64_t> p;
-  if (causal) {
-    const std::int64_t chunk = seqlen / (2 * world);
-    for (std::int64_t c : {static_cast<std::int64_t>(rank), static_cast<std::int64_t>(2 * world - 1 - rank)}) {
-      for (std::int64_t i = 0; i < chunk; ++i) p.push_back(c * chunk + i);
-    }
-  } else {
-    const std::int64_t shard = seqlen / world;
-    for (std::int64_t i = 0; i < shard; ++i) p.push_back(rank * shard + i);
-  }
-  return p;
-}
-
-// The rows of (batch, seqlen, heads, dim) host data at `positions`, as (batch, shard, heads, dim).
-template <class T>
-std::vector<T> take_rows(const std::vector<T>& full, std::int64_t batch, std::int64_t seqlen, std::int64_t row,
-                         const std::vector<std::int64_t>& positions) {
-  std::vector<T> out;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t p : positions) {
-      const auto first = full.begin() + (b * seqlen + p) * row;
-      out.insert(out.end(), first, first + row);
-    }
-  }
-  return out;
-}
 
 struct RankResult {
   Status status;
   std::vector<__nv_bfloat16> out;
   std::vector<float> lse;  // (batch, nheads, shard)
 };
-
-template <class T>
-T* to_device(const std::vector<T>& host) {
-  void* ptr = nullptr;
-  if (cudaMalloc(&ptr, host.size() * sizeof(T)) != cudaSuccess) return nullptr;
-  cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return static_cast<T*>(ptr);
-}
 
 // One rank: its shard on its device, ring_forward on streams of its own, results back.
 RankResult run_rank(int rank, ncclComm_t comm, const RingProblem& p, bool causal, const std::vector<__nv_bfloat16>& q,
@@ -103,6 +54,8 @@ RankResult run_rank(int rank, ncclComm_t comm, const RingProblem& p, bool causal
   cudaMalloc(&dlse, lse_elems * 4);
   fill_nan(dout, DType::kBFloat16, out_elems);  // every element must be written
   fill_nan(dlse, DType::kFloat32, lse_elems);
+  // The fills run on the default stream, which the ring's non-blocking streams do not wait for.
+  cudaDeviceSynchronize();
 
   distributed::RingArgs args;
   args.q = TensorView::contiguous(dq, DType::kBFloat16, {p.batch, shard, p.nheads, p.head_dim});
@@ -138,14 +91,6 @@ RankResult run_rank(int rank, ncclComm_t comm, const RingProblem& p, bool causal
   cudaStreamDestroy(compute);
   cudaStreamDestroy(transfers);
   return r;
-}
-
-std::vector<__nv_bfloat16> random_bf16(std::int64_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<__nv_bfloat16> x(n);
-  for (auto& e : x) e = __float2bfloat16(normal(rng));
-  return x;
 }
 
 // The fp32 reference (exact and like-inputs) of the whole problem on device 0.
