@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "hopper/kvcache_append.h"
 #include "hopper/kvcache_config.h"
+#include "hopper/kvcache_splits.h"
 #include "hopper/merge.h"
 
 namespace fa3::hopper {
@@ -139,13 +140,18 @@ Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int n
   }
   const std::int64_t rows = p.seqlen_q * p.group_size();
   out.block_m = rows <= 16 ? 16 : 64;
-  // Without the caller's count: enough splits that the CTAs fill the SMs about twice,
-  // never more than a sequence's cache has key blocks (each split then has one at
-  // least) nor than the merge takes.
+  // Without the caller's count: the count whose CTAs fill the SMs' slots in the fewest,
+  // fullest waves (hopper/kvcache_splits.h); never more than a sequence's cache has key
+  // blocks (each split then has one at least) nor than the merge takes.
   const std::int64_t ctas = p.batch * p.nheads_kv * ((rows + out.block_m - 1) / out.block_m);
   const std::int64_t key_blocks = (kp.capacity + KvCacheTile<64, 64, 64>::kBlockN - 1) / KvCacheTile<64, 64, 64>::kBlockN;
   std::int64_t splits = num_splits;
-  if (splits == 0) splits = ctas >= 2 * num_sms ? 1 : (2 * num_sms + ctas - 1) / ctas;
+  if (splits == 0) {
+    const std::int64_t slots =
+        static_cast<std::int64_t>(num_sms) *
+        kvcache_ctas_per_sm(kvcache_smem_bytes(out.head_dim, out.head_dim_v, out.block_m));
+    splits = kvcache_default_splits(ctas, key_blocks, slots);
+  }
   splits = std::clamp<std::int64_t>(splits, 1, std::max<std::int64_t>(1, std::min<std::int64_t>(key_blocks, kMaxKvSplits)));
   out.num_splits = static_cast<int>(splits);
 

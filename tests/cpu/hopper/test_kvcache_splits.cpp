@@ -1,0 +1,56 @@
+// The KV-cache plan's default split count (hopper/kvcache_splits.h): splits that fill
+// whole waves of CTAs where one split leaves a partial one, none where the CTAs fill
+// the SMs already, bounded by the key blocks and the merge; and the CTAs an SM holds.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "hopper/kvcache_config.h"
+#include "hopper/kvcache_splits.h"
+
+namespace fa3::hopper {
+namespace {
+
+// 132 SMs at two CTAs each (head dim 128, a decode tile).
+constexpr std::int64_t kSlots = 264;
+
+TEST(KvCacheSplits, FillWholeWaves) {
+  // 8 sequences x 8 KV heads, 8k keys: 4 splits are 256 CTAs, one wave; 5 would spill
+  // 56 CTAs into a second.
+  EXPECT_EQ(kvcache_default_splits(64, 128, kSlots), 4);
+  // 300 CTAs: one split is a wave and a seventh; 7 splits are 2100 CTAs, 8 waves all
+  // but full (2112 slots).
+  EXPECT_EQ(kvcache_default_splits(300, 128, kSlots), 7);
+}
+
+TEST(KvCacheSplits, NoneWhereTheCtasFillTheSlots) {
+  EXPECT_EQ(kvcache_default_splits(512, 1024, kSlots), 1);  // 64 x 8, 64k keys: two full waves
+  EXPECT_EQ(kvcache_default_splits(264, 16, kSlots), 1);
+}
+
+TEST(KvCacheSplits, BoundedByKeyBlocksAndTheMerge) {
+  EXPECT_EQ(kvcache_default_splits(1, 1, kSlots), 1);
+  EXPECT_EQ(kvcache_default_splits(1, 3, kSlots), 3);
+  for (std::int64_t ctas : {1, 2, 7, 33, 64, 100, 263, 265, 1000}) {
+    for (std::int64_t blocks : {0, 1, 2, 16, 128, 1024, 16384}) {
+      const int s = kvcache_default_splits(ctas, blocks, kSlots);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(s, std::max<std::int64_t>(1, blocks));
+      EXPECT_LE(s, kMaxKvSplits);
+    }
+  }
+}
+
+TEST(KvCacheSplits, CtasPerSmFollowSharedMemory) {
+  EXPECT_EQ(kvcache_smem_bytes(128, 128, 16), (KvCacheTile<128, 128, 16>::kSmemBytes));
+  EXPECT_EQ(kvcache_smem_bytes(64, 256, 64), (KvCacheTile<64, 256, 64>::kSmemBytes));
+  EXPECT_EQ(kvcache_smem_bytes(96, 128, 16), 0u);
+  EXPECT_EQ(kvcache_ctas_per_sm(kvcache_smem_bytes(128, 128, 16)), 2);
+  EXPECT_EQ(kvcache_ctas_per_sm(kvcache_smem_bytes(256, 256, 16)), 1);
+  EXPECT_EQ(kvcache_ctas_per_sm(kvcache_smem_bytes(64, 64, 16)), 3);
+  EXPECT_EQ(kvcache_ctas_per_sm(1), 16);
+  EXPECT_EQ(kvcache_ctas_per_sm(300 * 1024), 1);
+}
+
+}  // namespace
+}  // namespace fa3::hopper
