@@ -43,11 +43,8 @@ Status forward_with_kernel(const ForwardArgs& args, const std::string& kernel, c
 }
 
 Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes) {
-  ValidationTarget target = gpu_target();
-  target.locate = nullptr;
-  target.forward_workspace = nullptr;
   Problem problem;
-  FA3_RETURN_IF_ERROR(validate_forward(args, target, &problem));
+  FA3_RETURN_IF_ERROR(validate_forward(args, gpu_shape_target(), &problem));
   *bytes = hopper::fwd_workspace_bytes(problem, args.q.dtype);
   return Status::ok();
 }

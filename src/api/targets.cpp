@@ -74,6 +74,13 @@ ValidationTarget gpu_target() {
   return t;
 }
 
+ValidationTarget gpu_shape_target() {
+  ValidationTarget t = gpu_target();
+  t.locate = nullptr;
+  t.forward_workspace = nullptr;
+  return t;
+}
+
 ValidationTarget gpu_backward_target() {
   ValidationTarget t = gpu_target();
   t.dtypes = hopper::bwd_dtypes();

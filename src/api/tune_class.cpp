@@ -49,11 +49,8 @@ std::string TuneClass::describe() const {
 
 Status tune_class(const ForwardArgs& args, TuneClass* cls) {
   // The class depends on shapes and options only: no pointer is looked at.
-  ValidationTarget target = gpu_target();
-  target.locate = nullptr;
-  target.forward_workspace = nullptr;
   Problem problem;
-  FA3_RETURN_IF_ERROR(validate_forward(args, target, &problem));
+  FA3_RETURN_IF_ERROR(validate_forward(args, gpu_shape_target(), &problem));
   *cls = tune_class_of(problem, args.q.dtype);
   return Status::ok();
 }

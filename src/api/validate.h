@@ -71,6 +71,10 @@ Status check_caller_workspace(const void* workspace, std::size_t bytes, std::siz
                               const ValidationTarget& target);
 
 ValidationTarget gpu_target();
+// gpu_target's rules on shapes, dtypes and options only: where pointers live and the
+// workspace are not checked. For the queries asked before the buffers exist (the
+// workspace size, the tuning class).
+ValidationTarget gpu_shape_target();
 // The target of fa3::backward: the compiled backward kernels and their workspace.
 ValidationTarget gpu_backward_target();
 // The target of fa3::cpu::forward/backward.
