@@ -59,8 +59,10 @@ def flash_attn_func(
     not whole 16-byte units, as the GPU's tensor copies need, so q and k (v alike,
     for headdim_v) are first copied with zero columns added (and out is a view of the
     padded result). headdim_v may differ from headdim, as in DeepSeek-V3's (192, 128)
-    or (64, 512): on CPU tensors any headdim_v from 1 to 512; CUDA tensors refuse
-    one of its own for now (NotImplementedError, naming v).
+    or (64, 512), from 1 to 512: on CUDA tensors the forward runs on the narrowest
+    kernel at least as wide in both (one wider than every kernel's in column slices of
+    v, each on its own kernel), the backward on the kernel of the larger head dim, up
+    to the largest built one (NotImplementedError naming v beyond).
 
     softmax_scale: default 1/sqrt(headdim), q's head dim. causal: query i sees keys
     j <= i + seqlen_k - seqlen_q (aligned to the bottom-right corner); a row that

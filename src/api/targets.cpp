@@ -48,8 +48,10 @@ ValidationTarget gpu_target() {
   t.supports_sinks = true;
   t.supports_chunk = true;
   // A separate V head dim runs on the forward kernels built for one (FA3_HEAD_DIM_PAIRS);
-  // a pair without one is refused when dispatched, naming both head dims.
+  // a pair without one is refused when dispatched, naming both head dims. One wider than
+  // every kernel's, up to 512 (DeepSeek's (64, 512)), runs in column slices of V.
   t.separate_head_dim_v = true;
+  t.max_head_dim_v = 512;
   // Varlen forward calls run on the forward kernels once the build switches them on
   // (hopper::fwd_varlen_enabled); until then they are refused after validation.
   t.supports_varlen = hopper::fwd_varlen_enabled();

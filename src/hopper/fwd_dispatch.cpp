@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/status_macros.h"
 #include "hopper/fp8_vt.h"
 #include "hopper/varlen_rows.h"
 
@@ -290,7 +291,58 @@ Status run_fp8(const FwdKernelEntry& kernel, FwdParams params, void* workspace, 
   return kernel.launch(params, stream);
 }
 
+int fwd_widest_head_dim_v(bool fp8) {
+  int widest = 0;
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (is_fp8(k) == fp8) widest = std::max(widest, k.head_dim_v);
+  }
+  return widest;
+}
+
+namespace {
+
+// Columns [first, first + width) of a tensor's last dimension: the same strides, the
+// data pointer moved (whole 16-byte units when the row is, as every slice here is: the
+// slices start at multiples of a kernel's V head dim).
+TensorView column_slice(const TensorView& t, std::int64_t first, std::int64_t width) {
+  TensorView s = t;
+  s.data = static_cast<char*>(t.data) + first * static_cast<std::int64_t>(dtype_size(t.dtype));
+  s.shape[t.rank - 1] = width;
+  return s;
+}
+
+// A V head dim wider than every built kernel's, as slices of V's (and out's) columns of
+// the widest, each run as a call of its own on the kernel that fits it. The softmax
+// does not depend on V, so each slice's output is exactly those columns of the whole
+// output; what repeats is Q·Kᵀ and the softmax: at (64, 512) on the (64, 256) kernel,
+// 2 x 64 + 512 head-dim units of work where one pass would do 64 + 512 (11 % more). The
+// lse, the same in every slice, is written by the first.
+Status run_forward_sliced(const Problem& p, const ForwardArgs& a, int widest, int num_sms, cudaStream_t stream) {
+  for (std::int64_t first = 0; first < p.head_dim_v; first += widest) {
+    Problem slice = p;
+    slice.head_dim_v = std::min<std::int64_t>(widest, p.head_dim_v - first);
+    ForwardArgs sa = a;
+    sa.v = column_slice(a.v, first, slice.head_dim_v);
+    sa.out = column_slice(a.out, first, slice.head_dim_v);
+    if (first > 0) sa.lse = TensorView{};
+    FA3_RETURN_IF_ERROR(run_forward(slice, sa, num_sms, stream));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStream_t stream, const char* kernel) {
+  const int widest_v = fwd_widest_head_dim_v(a.q.dtype == DType::kFloat8E4M3);
+  if (widest_v > 0 && p.head_dim_v > widest_v) {
+    if (kernel != nullptr) {
+      return {StatusCode::kInvalidArgument, "kernel '" + std::string(kernel) + "': v's head dim " +
+                                                std::to_string(p.head_dim_v) + " is wider than any kernel's (" +
+                                                std::to_string(widest_v) +
+                                                "); fa3::forward runs it in column slices, each on its own kernel"};
+    }
+    return run_forward_sliced(p, a, widest_v, num_sms, stream);
+  }
   const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype, a.out.dtype);
   const int kernel_head_dim = fwd_kernel_head_dims(p.head_dim, p.head_dim_v, a.q.dtype == DType::kFloat8E4M3).qk;
   const std::string mask = mask_kind_name(fwd_mask_kind(p, kernel_head_dim));

@@ -68,6 +68,10 @@ bool fwd_fp8_enabled();
 // A varlen call's index tensors stay in device memory: the kernels read them.
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms);
 
+// The widest V head dim of the built forward kernels (of FP8 inputs, or 16-bit ones); 0
+// when none was built. run_forward takes wider ones, up to 512, in column slices.
+int fwd_widest_head_dim_v(bool fp8);
+
 // The caller's workspace a call of `dtype` needs (ForwardArgs::workspace): Vᵀ for FP8
 // calls (hopper/fp8_vt.h), nothing for the others.
 std::size_t fwd_workspace_bytes(const Problem& p, DType dtype);

@@ -135,8 +135,6 @@ TEST(ValidateHeadDimV, CpuTargetResolvesEverySeparateHeadDimV) {
   }
 }
 
-// The library's GPU targets refuse a separate V head dim, by name, until the kernels take
-// one (targets.cpp), and take equal ones as before.
 // Both GPU targets take a separate V head dim (the backward on the kernel of the larger
 // head dim); the backward refuses a V head dim past its largest kernel by name.
 TEST(ValidateHeadDimV, GpuTargetsTakeASeparateHeadDimV) {
@@ -170,6 +168,24 @@ TEST(ValidateHeadDimV, GpuTargetsTakeASeparateHeadDimV) {
   const Status b = validate_backward(wide_v.backward(), t, &p);
   EXPECT_EQ(b.code(), kUnsupported);
   EXPECT_EQ(b.message(), "v: head dim 192 is not supported; supported: 1 to 128");
+}
+
+// The forward takes V head dims up to 512 whatever kernels were built (wider than the
+// widest kernel's, they run in column slices), and refuses 513 by name.
+TEST(ValidateHeadDimV, GpuForwardTakesVHeadDimsUpTo512) {
+  ValidationTarget t = gpu_target();
+  t.locate = nullptr;
+  t.dtypes = {DType::kBFloat16};
+  t.head_dims = {64, 128};
+  Problem p;
+  ValidArgs wide({.head_dim = 64, .head_dim_v = 512});
+  const Status ok = validate_forward(wide.forward(), t, &p);
+  EXPECT_TRUE(ok.is_ok()) << ok.to_string();
+  EXPECT_EQ(p.head_dim_v, 512);
+  ValidArgs wider({.head_dim = 64, .head_dim_v = 513});
+  const Status refused = validate_forward(wider.forward(), t, &p);
+  EXPECT_EQ(refused.code(), kUnsupported);
+  EXPECT_EQ(refused.message(), "v: head dim 513 is not supported; supported: 1 to 512");
 }
 
 // fa3::backward_workspace_size validates a separate V head dim as backward() does, and

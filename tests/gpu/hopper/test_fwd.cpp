@@ -237,6 +237,45 @@ TEST(FwdHeadDimV, MatchesReferenceOverShapeList) {
   if (ran == 0) GTEST_SKIP() << "no kernel for a V head dim of its own was built";
 }
 
+// A V head dim wider than every built kernel's (DeepSeek's (64, 512); 300 and 320, whose
+// last slice is narrower) runs in column slices of V and out: the accuracy rule over the
+// shape list, plain, causal and window with softcap, lse included, nothing past out's
+// head dim written; and a named kernel, which cannot take it whole, is refused by name.
+TEST(FwdHeadDimV, WiderThanEveryKernelRunsInSlices) {
+  FA3_REQUIRE_HOPPER();
+  const int widest = hopper::fwd_widest_head_dim_v(false);
+  AttentionOptions causal, window_softcap;
+  causal.causal = true;
+  window_softcap.window_left = 100;
+  window_softcap.window_right = 30;
+  window_softcap.softcap = 5.f;
+  std::uint64_t seed = 12000;
+  int ran = 0;
+  for (DType dtype : built_dtypes()) {
+    for (const auto& [d, dv] : {std::pair{64, 512}, std::pair{64, 300}, std::pair{128, 320}}) {
+      if (dv <= widest || hopper::fwd_kernel_head_dims(d, 1).qk == 0) continue;
+      ++ran;
+      for (const AttentionOptions& options : {AttentionOptions{}, causal, window_softcap}) {
+        for (const Shape& s : accuracy_shapes()) {
+          SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " head dims " << d << ", " << dv
+                                          << (options.causal ? " causal" : "")
+                                          << (options.softcap > 0.f ? " window+softcap" : "") << ": batch " << s.batch
+                                          << " sq " << s.seqlen_q << " sk " << s.seqlen_k);
+          Inputs in = make_inputs(dtype, s, d, options.causal, seed += 17, row_pad_for(d), 0, 256, dv);
+          in.args.options = options;
+          EXPECT_TRUE(forward_accurate(check_forward(in.args), dtype));
+          EXPECT_EQ(written_outside_view(in.out), 0) << "out written past its view";
+        }
+      }
+      Inputs in = make_inputs(dtype, Shape{1, 128, 128, 2, 2}, d, false, seed += 17, row_pad_for(d), 0, 256, dv);
+      const Status named = forward_with_kernel(in.args, "any", nullptr);
+      EXPECT_EQ(named.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(named.message().find("is wider than any kernel's"), std::string::npos) << named.message();
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "every V head dim tried fits a built kernel, or no kernel takes q's";
+}
+
 // The accuracy rule for every built dtype, head dim, mask and kernel, on inputs whose
 // key at position j is scaled by key_scale[j] and whose V is scaled by v_scale.
 void expect_accurate_with_scaled_keys(const Shape& shape, const std::vector<float>& key_scale, float v_scale,
