@@ -137,7 +137,8 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int i
   // registers through the epilogue, need 240 each; below that 224 suffice, and the
   // producer's 56 keep its TMA coordinates out of local memory (24 spill them). The FP8
   // kernels' P takes a quarter of S's registers (e4m3, four to a register), and at head
-  // dim 256 (128x64) 224 hold O, S and P: 24 for the producer spilled 20 bytes there.
+  // dims 192 (128x128) and 256 (128x64) 224 hold O, S and P: 24 for the producer
+  // spilled 20 bytes at 256.
   const bool wide = (head_dim_v >= 192 && !fp8) || o_store == OStore::kRegisters;
   const int producer_regs = wgs == 2 ? (wide ? 24 : 56) : 32;
   const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : wgs == 3 ? 160 : 112;

@@ -21,7 +21,9 @@ namespace fa3::hopper {
 namespace detail {
 
 // The widest GMMA swizzle whose atom tiles `kExtent` elements of the contiguous mode,
-// or no swizzle (interleaved 16-byte rows) when none does.
+// or no swizzle (interleaved 16-byte rows) when none does. e4m3 rows of head dim 96
+// (96 bytes) take the 32-byte one, under which the eight 16-byte rows of a GMMA core
+// matrix still fall in distinct banks.
 template <cute::SM90::GMMA::Major kMajor, class Element, int kExtent>
 constexpr auto smem_atom() {
   using namespace cute::SM90::GMMA;

@@ -174,7 +174,8 @@ TEST(FwdConfig, SharedMemoryCountsEveryBuffer) {
 // memory, the plain online softmax (P's 2^8 shift), and the 56 / 224 split everywhere.
 TEST(FwdConfig, Fp8TilesFitAndKeepTheirRules) {
   constexpr int kKB = 1024;
-  for (const TileCase& t : std::vector<TileCase>{{64, {128, 128}}, {128, {128, 128}}, {256, {128, 64}}}) {
+  for (const TileCase& t : std::vector<TileCase>{
+           {64, {128, 128}}, {96, {128, 128}}, {128, {128, 128}}, {192, {128, 128}}, {256, {128, 64}}}) {
     SCOPED_TRACE("hdim " + std::to_string(t.head_dim));
     const FwdConfig c = fwd_config(t.head_dim, t.head_dim, t.tile, 1);
     EXPECT_LE(fwd_smem_bytes(t.head_dim, t.head_dim, t.tile, c.stages, c.q_stages, c.o_store == OStore::kOwnBuffer, 1),
@@ -189,6 +190,8 @@ TEST(FwdConfig, Fp8TilesFitAndKeepTheirRules) {
   }
   // hdim 128, 128x128 in e4m3: Q 16 KB per buffer, K and V 16 KB per stage each, O 32 KB.
   EXPECT_EQ(fwd_smem_bytes(128, 128, {128, 128}, 2, 2, true, 1), 128 * kKB + kSmemReserveBytes);
+  // hdim 192, 128x128: Q 24 KB per buffer, K and V 24 KB per stage each, O 48 KB.
+  EXPECT_EQ(fwd_smem_bytes(192, 192, {128, 128}, 2, 2, true, 1), 192 * kKB + kSmemReserveBytes);
 }
 
 }  // namespace

@@ -240,6 +240,19 @@ TEST(FwdDispatch, E4m3CallsRunTheFp8KernelsOfTheirOutDtype) {
     EXPECT_GE(below.qk, k.head_dim - 8);
     EXPECT_LE(below.qk, k.head_dim);
   }
+  // Every head dim in whole 16-byte rows runs on the narrowest FP8 head dim built at
+  // least as wide (with every head dim built: 80 on 96, 160 on 192).
+  for (int d = 16; d <= 256; d += 16) {
+    int narrowest = 0;
+    for (const FwdKernelEntry& k : fwd_kernels()) {
+      if (k.dtype == DType::kFloat8E4M3 && k.head_dim >= d && (narrowest == 0 || k.head_dim < narrowest)) {
+        narrowest = k.head_dim;
+      }
+    }
+    const HeadDims got = fwd_kernel_head_dims(d, d, true);
+    EXPECT_EQ(got.qk, narrowest) << "head dim " << d;
+    EXPECT_EQ(got.v, narrowest) << "head dim " << d;
+  }
   for (DType dtype : fwd_dtypes()) {
     EXPECT_NE(dtype, DType::kFloat8E4M3);
     for (int d : fwd_head_dims()) {

@@ -436,9 +436,15 @@ std::vector<Fp8Case> cases() {
       }
     }
   }
-  const std::int64_t widest = *std::max_element(dims.begin(), dims.end());
-  for (const std::int64_t d : {48, 96, 160}) {
-    if (d > widest || std::find(dims.begin(), dims.end(), d) != dims.end()) continue;
+  // Halfway between each built head dim and the next narrower one (0 below the first),
+  // in whole 16-byte rows: 32, 80, 112, 160 and 224 with every head dim built.
+  std::vector<std::int64_t> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  std::int64_t narrower = 0;
+  for (const std::int64_t wider : sorted) {
+    const std::int64_t d = (narrower + wider) / 2 / 16 * 16;
+    narrower = wider;
+    if (d == 0 || std::find(dims.begin(), dims.end(), d) != dims.end()) continue;
     for (bool causal : {false, true}) {
       all.push_back({{2, 239, 799, 8, 2}, causal, Scaling::kBlocksAndDescales, true, out, false, d});
     }
