@@ -20,6 +20,9 @@ fa3.fp8.quantize (128-row block scales, Hadamard transform) before the timing, f
 runs the codes with their scales (its time includes the transpose of V the FP8 path
 makes), and the check is against fp32 attention of the dequantized values with the FP8
 cap (MAX_REL_ERR_E4M3); the SDPA peers take no e4m3 inputs and are recorded unavailable.
+Each e4m3 point also times cuBLAS's FP8 GEMM (torch._scaled_mm, bf16 out) of the same
+FLOPs, impl "cublas-fp8": the ceiling the tensor cores give a plain matmul, beside
+which the attention kernels' softmax and data movement show.
 
 Backward: the forward runs once, untimed, with the graph retained; what is timed is
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) alone, for fa3 and for
@@ -115,6 +118,37 @@ def sdpa(backend):
     return run
 
 
+def fp8_gemm_shape(batch, seqlen, nheads, hdim, causal):
+    """(M, N, K) of the FP8 GEMM with the FLOPs of a forward call (2 M N K = flops): the
+    seqlen x seqlen score block of every head at once, K = 2 hdim heads (halved when
+    causal), a shape cuBLAS runs near its peak from 512 tokens on."""
+    return seqlen, seqlen, (1 if causal else 2) * hdim * batch * nheads
+
+
+def cublas_fp8_matmul():
+    """cuBLAS's FP8 GEMM of the attention's FLOPs (fp8_gemm_shape); its operands are made
+    once per shape, outside the timed call."""
+    operands = {}
+
+    def run(q, k, v, causal, **fp8):
+        if q.dtype != torch.float8_e4m3fn:
+            raise NotImplementedError("e4m3 points only")
+        batch, seqlen, nheads, hdim = q.shape
+        key = (batch, seqlen, nheads, hdim, causal)
+        if key not in operands:
+            operands.clear()
+            m, n, depth = fp8_gemm_shape(batch, seqlen, nheads, hdim, causal)
+            gen = torch.Generator(device="cuda").manual_seed(1)
+            a = torch.randn(m, depth, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+            # _scaled_mm takes its second operand column-major.
+            b = torch.randn(n, depth, generator=gen, device="cuda").to(torch.float8_e4m3fn).t()
+            operands[key] = (a, b, torch.ones((), device="cuda"))
+        a, b, one = operands[key]
+        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    return run
+
+
 IMPLS = {
     "fa3": fa3_impl(deterministic=False),
     # Backward only (--deterministic): its forward is fa3's.
@@ -122,6 +156,8 @@ IMPLS = {
     "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
     "fa2": sdpa(SDPBackend.FLASH_ATTENTION),
     "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
+    # e4m3 forward points only, added to every such point (impls_for).
+    "cublas-fp8": cublas_fp8_matmul(),
 }
 DEFAULT_IMPLS = ["fa3", "cudnn", "fa2", "efficient"]
 
@@ -332,8 +368,10 @@ def progress(items):
     yield from tqdm(items, unit="point")
 
 
-def impls_for(pass_, args):
-    return args.impls + (["fa3-deterministic"] if pass_ == "bwd" and args.deterministic else [])
+def impls_for(pass_, dtype, args):
+    extra = ["fa3-deterministic"] if pass_ == "bwd" and args.deterministic else []
+    extra += ["cublas-fp8"] if pass_ == "fwd" and dtype == "e4m3" else []
+    return args.impls + extra
 
 
 def run_sweep(args, gpu):
@@ -374,7 +412,7 @@ def run_sweep(args, gpu):
             get_reference = functools.cache(lambda: ((fp32_reference(*dequantized, causal),), "fp32"))
         else:
             get_reference = functools.cache(functools.partial(reference, pass_, q, k, v, causal, dout))
-        for impl in impls_for(pass_, args):
+        for impl in impls_for(pass_, dtype, args):
             record = dict(base, impl=impl, tflops=None)
             try:
                 if fp8 and pass_ == "bwd":
@@ -429,7 +467,8 @@ def print_table(records):
         if not keys:
             continue
         mine = [i for i in impls if i.startswith("fa3")]
-        peers = [i for i in impls if not i.startswith("fa3")]
+        # The FP8 GEMM is a ceiling to read fa3 against, not a peer attention.
+        peers = [i for i in impls if not i.startswith("fa3") and i != "cublas-fp8"]
         ratios = mine if peers else []
         lines = []
         for key in keys:

@@ -30,6 +30,7 @@ IMPL_STYLE = {
     "cudnn": ("cuDNN (SDPA)", "#2e86c1"),
     "fa2": ("FlashAttention-2 (SDPA)", "#27ae60"),
     "efficient": ("memory-efficient (SDPA)", "#8e7cc3"),
+    "cublas-fp8": ("cuBLAS FP8 GEMM, same FLOPs", "#7f8c8d"),
 }
 PASS_TITLE = {"fwd": "forward", "bwd": "backward"}
 # The H200's HBM bandwidth: the ceiling of a decoding call, which reads its KV cache once.
