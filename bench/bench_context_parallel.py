@@ -526,8 +526,23 @@ def main(argv=None):
             path = args.out_dir / f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}-cp-w{world.size}.json"
             path.write_text(json.dumps(records, indent=1) + "\n")
             print(f"wrote {path}")
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    leave()
+
+
+def leave():
+    """Ends a rank once every rank is done: a rank that closes its process group while a
+    peer still completes work with it, or the interpreter's own teardown of the
+    communication library's threads, can abort a rank after its work is done (gloo's
+    SIGABRT at exit). Past the barrier nothing is left to do, so the process leaves at
+    once with status 0."""
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   const int count = split_blocks(key_begin, key_end, kBlockN, p.num_splits, split, &n_first);
 
   // The stages' barriers, and zeros in their columns past the head dims, which the
-  // copies leave alone and the GEMMs' last k-step may read.
+  // copies leave alone and the GEMMs read (they run over the padded head dims whole).
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + Tile::kBarrierOffset);
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -220,6 +220,11 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
     first_key[x] = row < rows ? mask.first_key(row / p.group) : 0;
     last_key[x] = row < rows ? mask.last_key(row / p.group) : -1;
   }
+  // Blocks whose every key every row of the tile sees need no mask: the rows' first keys
+  // and last keys never decrease along the rows, so the tile's latest first key and
+  // earliest last key bound them all.
+  const int tile_first_key = mask.first_key(last_row / p.group);
+  const int tile_last_key = mask.last_key(row0 / p.group);
   const Softcap softcap(p.softcap, p.softmax_scale);
   const float scale_log2 = (softcap.on ? softcap.cap : p.softmax_scale) * kLog2e;
 
@@ -243,36 +248,57 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
     const Element* s_v = s_k + kBlockN * Tile::kKPitch;
     const int key0 = key_warp * kWarpN;  // the warp's keys within the block
 
-    float s[kWarpN / 8][4] = {};
+    // S = Q·Kᵀ over the whole padded head dim (columns past the call's are zeros in Q
+    // and K), the k-steps alternating between two accumulators so that the MMAs form
+    // two dependent chains of half the length, summed at the end: with a few warps per
+    // SM, one chain's latency would set the block's time.
+    float s[kWarpN / 8][4] = {}, s_odd[kWarpN / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      if (kk * 16 >= p.head_dim) break;  // zero columns of a padded head dim
       std::uint32_t a[4];
       arch::ldmatrix_x4(a, s_q + swizzle<kHeadDim>(row_warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+      float(&acc_s)[kWarpN / 8][4] = kk % 2 == 0 ? s : s_odd;
 #pragma unroll
       for (int np = 0; np < kWarpN / 16; ++np) {
         std::uint32_t bk[4];
         arch::ldmatrix_x4(bk, s_k + padded<Tile::kKPitch>(key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3),
                                                           kk * 2 + ((lane >> 3) & 1)));
-        arch::mma_16816<Element>(s[2 * np], a, bk[0], bk[1]);
-        arch::mma_16816<Element>(s[2 * np + 1], a, bk[2], bk[3]);
+        arch::mma_16816<Element>(acc_s[2 * np], a, bk[0], bk[1]);
+        arch::mma_16816<Element>(acc_s[2 * np + 1], a, bk[2], bk[3]);
       }
     }
-
-    const int block_key = (n_first + it) * kBlockN + key0 + 2 * (lane & 3);
 #pragma unroll
     for (int nt = 0; nt < kWarpN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int x = e / 2;
-        const int key = block_key + nt * 8 + (e & 1);
-        float v = s[nt][e];
-        if (softcap.on) v = tanh_scaled(v, softcap.ex2_in);
-        s[nt][e] = key < first_key[x] || key > last_key[x] ? -INFINITY : v;
+      for (int e = 0; e < 4; ++e) s[nt][e] += s_odd[nt][e];
+    }
+
+    if (softcap.on) {
+#pragma unroll
+      for (int nt = 0; nt < kWarpN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = tanh_scaled(s[nt][e], softcap.ex2_in);
+      }
+    }
+    const int block_first = (n_first + it) * kBlockN;
+    if (block_first < tile_first_key || block_first + kBlockN - 1 > tile_last_key) {
+      const int block_key = block_first + key0 + 2 * (lane & 3);
+#pragma unroll
+      for (int nt = 0; nt < kWarpN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int x = e / 2;
+          const int key = block_key + nt * 8 + (e & 1);
+          if (key < first_key[x] || key > last_key[x]) s[nt][e] = -INFINITY;
+        }
       }
     }
 
-    // Online softmax, per row over the 4 lanes that share it.
+    // Online softmax, per row over the 4 lanes that share it. Once a row's max has
+    // settled, most blocks leave it unchanged and the rescale would multiply by exactly
+    // 1: the warp skips it when none of its rows' maxima moved.
+    float max_new[2];
+    bool moved = false;
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
       float mx = -INFINITY;
@@ -280,22 +306,32 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
       for (int nt = 0; nt < kWarpN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * x], s[nt][2 * x + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float max_new = fmaxf(row_max[x], mx * scale_log2);
-      // A row that has seen no key yet keeps a max of -inf: exp2 against 0 then gives 0.
-      const float max_used = max_new == -INFINITY ? 0.f : max_new;
-      const float rescale = arch::exp2_approx(row_max[x] - max_used);
-      row_max[x] = max_new;
-      row_sum[x] *= rescale;
+      max_new[x] = fmaxf(row_max[x], mx * scale_log2);
+      moved |= max_new[x] != row_max[x];
+    }
+    // A row that has seen no key yet keeps a max of -inf: exp2 against 0 then gives 0.
+    const float max_used[2] = {max_new[0] == -INFINITY ? 0.f : max_new[0],
+                               max_new[1] == -INFINITY ? 0.f : max_new[1]};
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-      for (int dt = 0; dt < kHeadDimV / 8; ++dt) {
-        acc[dt][2 * x] *= rescale;
-        acc[dt][2 * x + 1] *= rescale;
+      for (int x = 0; x < 2; ++x) {
+        const float rescale = arch::exp2_approx(row_max[x] - max_used[x]);
+        row_sum[x] *= rescale;
+#pragma unroll
+        for (int dt = 0; dt < kHeadDimV / 8; ++dt) {
+          acc[dt][2 * x] *= rescale;
+          acc[dt][2 * x + 1] *= rescale;
+        }
       }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      row_max[x] = max_new[x];
 #pragma unroll
       for (int nt = 0; nt < kWarpN / 8; ++nt) {
 #pragma unroll
         for (int e = 2 * x; e < 2 * x + 2; ++e) {
-          s[nt][e] = arch::exp2_approx(fmaf(s[nt][e], scale_log2, -max_used));
+          s[nt][e] = arch::exp2_approx(fmaf(s[nt][e], scale_log2, -max_used[x]));
           row_sum[x] += s[nt][e];
         }
       }
@@ -310,7 +346,6 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
           arch::pack2<Element>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
 #pragma unroll
       for (int dp = 0; dp < kHeadDimV / 16; ++dp) {
-        if (dp * 16 >= p.head_dim_v) break;
         std::uint32_t bv[4];
         arch::ldmatrix_x4_trans(bv,
                                 s_v + padded<Tile::kVPitch>(key0 + ks * 16 + (lane & 15), dp * 2 + (lane >> 4)));

@@ -252,7 +252,7 @@ TEST(FwdHeadDimV, WiderThanEveryKernelRunsInSlices) {
   std::uint64_t seed = 12000;
   int ran = 0;
   for (DType dtype : built_dtypes()) {
-    for (const auto& [d, dv] : {std::pair{64, 512}, std::pair{64, 300}, std::pair{128, 320}}) {
+    for (const auto& [d, dv] : {std::pair{64, 512}, std::pair{64, 296}, std::pair{128, 320}}) {
       if (dv <= widest || hopper::fwd_kernel_head_dims(d, 1).qk == 0) continue;
       ++ran;
       for (const AttentionOptions& options : {AttentionOptions{}, causal, window_softcap}) {

@@ -12,10 +12,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -256,15 +256,19 @@ std::vector<double> fp8_lse_bounds(const Quantized& q, const Quantized& k, const
   return bound;
 }
 
-// What the worst row of a case that breaks the LSE bound looks like, for the record
-// (not a check): its error against a second model of the FP8 MMA's accumulation, in
-// which each group of 32 products (one k32 step) is added after alignment to its
-// largest, so that each product of the group may lose up to 2^-13 of that largest:
-// a score's error is at most the sum over groups of 32 * 2^-13 * max |q_i k_i|, and the
-// LSE's at most the largest over keys. Also how much one product dominates: the
-// largest |q_i k_i| as a share of |q| |k| over the row's keys.
-std::string alignment_diagnosis(const Quantized& q, const Quantized& k, const Shape& s, std::size_t row_index,
-                                double error) {
+// The second mechanism of the FP8 MMA's score error, for rows that break the first
+// bound: each group of 32 products (one k32 step) is added after alignment to its
+// largest, so that each product of the group may lose up to 2^-13 of that largest. A
+// score's error is then at most the sum over groups of 32 * 2^-13 * max |q_i k_i|, and
+// the LSE's at most the largest over keys (scaled by softmax_scale). Where one product
+// dominates a row (an outlier of q meeting one of k), this exceeds the first bound's
+// share of |q| |k|. `dominance`: the largest |q_i k_i| as a share of |q| |k| over the
+// row's keys, for the message.
+struct AlignmentBound {
+  double bound = 0, dominance = 0;
+};
+
+AlignmentBound alignment_bound(const Quantized& q, const Quantized& k, const Shape& s, std::size_t row_index) {
   const std::int64_t d = q.d, group = s.nheads_q / s.nheads_kv;
   const std::int64_t r = static_cast<std::int64_t>(row_index) % s.seqlen_q;
   const std::int64_t h = static_cast<std::int64_t>(row_index) / s.seqlen_q % s.nheads_q;
@@ -272,7 +276,7 @@ std::string alignment_diagnosis(const Quantized& q, const Quantized& k, const Sh
   const auto value = [d](const Quantized& t, std::int64_t bb, std::int64_t row, std::int64_t head, std::int64_t e) {
     return static_cast<double>(t.dequantized[static_cast<std::size_t>(((bb * t.seqlen + row) * t.heads + head) * d + e)]);
   };
-  double model = 0, dominance = 0;
+  AlignmentBound a;
   for (std::int64_t j = 0; j < s.seqlen_k; ++j) {
     double key_error = 0, q_norm = 0, k_norm = 0, largest = 0;
     for (std::int64_t g = 0; g < d; g += 32) {
@@ -286,15 +290,19 @@ std::string alignment_diagnosis(const Quantized& q, const Quantized& k, const Sh
       key_error += 32 * std::ldexp(group_largest, -13);
       largest = std::max(largest, group_largest);
     }
-    model = std::max(model, key_error);
-    if (q_norm > 0 && k_norm > 0) dominance = std::max(dominance, largest / std::sqrt(q_norm * k_norm));
+    a.bound = std::max(a.bound, key_error);
+    if (q_norm > 0 && k_norm > 0) a.dominance = std::max(a.dominance, largest / std::sqrt(q_norm * k_norm));
   }
-  model /= std::sqrt(static_cast<double>(d));
-  std::ostringstream out;
-  out << "batch " << b << " head " << h << " row " << r << ": |lse error| " << error << ", group-alignment model "
-      << model << " (error / model " << (model > 0 ? error / model : INFINITY) << "), largest product / (|q| |k|) "
-      << dominance;
-  return out.str();
+  a.bound /= std::sqrt(static_cast<double>(d));
+  return a;
+}
+
+std::string name(const Fp8Case& c) {
+  const Shape& s = c.shape;
+  return "hdim " + std::to_string(c.head_dim) + " batch " + std::to_string(s.batch) + " sq " +
+         std::to_string(s.seqlen_q) + " sk " + std::to_string(s.seqlen_k) + " heads " + std::to_string(s.nheads_q) +
+         ":" + std::to_string(s.nheads_kv) + (c.causal ? " causal" : "") + " scales " + scaling_name(c.scaling) +
+         (c.outliers ? " outliers" : "") + " out " + dtype_name(c.out_dtype);
 }
 
 void run_case(const Fp8Case& c, std::uint64_t seed) {
@@ -427,20 +435,36 @@ void run_case(const Fp8Case& c, std::uint64_t seed) {
     // a score errs by up to a few units of 2^-14 of sum_i |q_i k_i|, and the LSE, a soft
     // maximum of the scores, by at most the largest score error. Per row: 2^-12 of
     // softmax_scale * |q_r| * max_j |k_j| (Cauchy-Schwarz over the head's keys), plus the
-    // fp32 exp2/log2 of the final statistics.
+    // fp32 exp2/log2 of the final statistics; a row past it may add the group-alignment
+    // term (alignment_bound), computed only for such rows as it costs a pass over keys.
     const std::vector<double> lse_bound = fp8_lse_bounds(q, k, s, exact_lse);
     double worst = 0;
-    std::size_t worst_row = 0;
+    std::size_t worst_row = 0, aligned_rows = 0;
+    AlignmentBound worst_alignment;
     for (std::size_t i = 0; i < gpu.lse.size(); ++i) {
       const float g = gpu.lse[i], r = exact_lse[i];
       const double e = std::isinf(r) && g == r ? 0.0 : std::fabs(static_cast<double>(g) - r);
-      const double ratio = std::isnan(e) ? INFINITY : e / lse_bound[i];
-      if (ratio > worst) worst = ratio, worst_row = i;
+      double bound = lse_bound[i];
+      AlignmentBound alignment;
+      if (!(e <= bound)) {
+        alignment = alignment_bound(q, k, s, i);
+        bound += alignment.bound;
+        ++aligned_rows;
+      }
+      const double ratio = std::isnan(e) ? INFINITY : e / bound;
+      if (ratio > worst) worst = ratio, worst_row = i, worst_alignment = alignment;
     }
-    EXPECT_LE(worst, 1.0) << "largest |lse - exact lse| as a fraction of its row's bound; that row: "
-                          << alignment_diagnosis(q, k, s, worst_row,
-                                                 std::fabs(static_cast<double>(gpu.lse[worst_row]) -
-                                                           exact_lse[worst_row]));
+    EXPECT_LE(worst, 1.0) << "largest |lse - exact lse| as a fraction of its row's bound (row " << worst_row
+                          << ": |lse error| "
+                          << std::fabs(static_cast<double>(gpu.lse[worst_row]) - exact_lse[worst_row])
+                          << ", first bound " << lse_bound[worst_row] << ", group-alignment term "
+                          << worst_alignment.bound << ", largest product / (|q| |k|) " << worst_alignment.dominance
+                          << "); rows past the first bound: " << aligned_rows;
+    // For the record of how often the second term is needed (docs/perf-log.md).
+    if (aligned_rows > 0) {
+      std::printf("[fp8 lse] %s: %zu of %zu rows past the first bound, worst |error| / bound %.3f\n", name(c).c_str(),
+                  aligned_rows, gpu.lse.size(), worst);
+    }
   }
 }
 
@@ -497,14 +521,6 @@ std::vector<Fp8Case> cases() {
     }
   }
   return all;
-}
-
-std::string name(const Fp8Case& c) {
-  const Shape& s = c.shape;
-  return "hdim " + std::to_string(c.head_dim) + " batch " + std::to_string(s.batch) + " sq " +
-         std::to_string(s.seqlen_q) + " sk " + std::to_string(s.seqlen_k) + " heads " + std::to_string(s.nheads_q) +
-         ":" + std::to_string(s.nheads_kv) + (c.causal ? " causal" : "") + " scales " + scaling_name(c.scaling) +
-         (c.outliers ? " outliers" : "") + " out " + dtype_name(c.out_dtype);
 }
 
 // Whether this build runs e4m3 calls with out in `dtype` at head dim 128.
