@@ -40,10 +40,11 @@ def refuse_cuda(name, t, what):
 
 
 def run_kvcache(q, k_cache, v_cache, cache_seqlens, optional, options, return_softmax_lse):
-    """Allocates out (and lse) and runs the extension; returns FlashAttention-3's result."""
+    """Allocates out (and lse when asked for) and runs the extension; returns
+    FlashAttention-3's result."""
     batch, seqlen_q, nheads, _ = q.shape
     out = q.new_empty((batch, seqlen_q, nheads, v_cache.shape[-1]))
-    lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32) if return_softmax_lse else None
     workspace = _workspace(q, k_cache, v_cache, cache_seqlens, out, lse, optional, options)
     call(
         _C.forward_with_kvcache,
@@ -67,8 +68,31 @@ def _workspace(q, k_cache, v_cache, cache_seqlens, out, lse, optional, options):
     (see _torch_ops._backward_workspace); None for CPU tensors or a call that needs none."""
     if q.device.type != "cuda":
         return None
-    nbytes = call(_C.kvcache_workspace_size, q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options)
+    key = _workspace_key(q, k_cache, v_cache, cache_seqlens, optional, options)
+    nbytes = _workspace_bytes.get(key)
+    if nbytes is None:
+        nbytes = call(_C.kvcache_workspace_size, q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options)
+        if len(_workspace_bytes) >= _WORKSPACE_KEYS:
+            _workspace_bytes.clear()
+        _workspace_bytes[key] = nbytes
     return torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes > 0 else None
+
+
+# Workspace sizes by call signature. A decode step repeats its shapes call after call,
+# and asking the extension costs as much host time as a small step's kernels take
+# (about 25 us: the arguments' conversion and validation); the size follows from shapes,
+# dtypes, options and the device alone, never from the data. The call itself still
+# validates every argument.
+_workspace_bytes = {}
+_WORKSPACE_KEYS = 1024
+
+
+def _workspace_key(q, k_cache, v_cache, cache_seqlens, optional, options):
+    def signature(t):
+        return None if t is None else (tuple(t.shape), t.dtype)
+
+    tensors = (q, k_cache, v_cache, cache_seqlens, *optional.values())
+    return (q.device.index, *(signature(t) for t in tensors), *options.values())
 
 
 def combine(out_partial, lse_partial, out, out_dtype):

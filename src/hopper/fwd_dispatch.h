@@ -61,7 +61,7 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype)
 bool fwd_varlen_enabled();
 
 // Whether e4m3 (FP8) calls run on the FP8 forward kernels: the build's FA3_GPU_FP8
-// option, off until they have passed their GPU tests (tests/gpu/hopper/test_fwd_fp8.cpp).
+// option (on by default; tests/gpu/hopper/test_fwd_fp8.cpp).
 bool fwd_fp8_enabled();
 
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.

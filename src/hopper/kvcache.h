@@ -14,8 +14,8 @@
 
 namespace fa3::hopper {
 
-// Whether forward_with_kvcache runs on the GPU: the build's FA3_GPU_KVCACHE option, off
-// until its kernels have passed their GPU tests (tests/gpu/hopper/test_kvcache.cpp).
+// Whether forward_with_kvcache runs on the GPU: the build's FA3_GPU_KVCACHE option (on
+// by default; tests/gpu/hopper/test_kvcache.cpp).
 bool kvcache_enabled();
 
 // What one call runs and the workspace it needs, all pieces 256-byte aligned: q's

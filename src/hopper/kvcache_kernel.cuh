@@ -186,8 +186,10 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
     const int key = min((n_first + it) * kBlockN + copy_row, seqlen_k - 1);
     return cache_row_of(ix, b, cache_row, leftpad + key);
   };
-  // Thread 0 announces a block's bytes before the barrier after which every thread
-  // issues its copy, so that no copy completes on a barrier not yet expecting it.
+  // Thread 0 arrives on a block's barrier announcing the block's bytes; every thread
+  // issues its row's copy. The order between the two does not matter: a copy that lands
+  // first takes the barrier's byte count below zero for a while, and the phase completes
+  // only once the arrival and all the bytes are in.
   auto expect_block = [&](int it) {
     if (threadIdx.x == 0) {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[it % Tile::kStages], stage_bytes);
@@ -198,14 +200,13 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
     arch::bulk_load(s_kv + stage * kStageElems + copy_offset, row_address<const Element>(copy_cache, src, hkv), copy_bytes,
                     &full[stage]);
   };
+  __syncthreads();  // the barriers initialized, the zeros written
 #pragma unroll
   for (int s = 0; s < Tile::kStages - 1; ++s) {
-    if (s < count) expect_block(s);
-  }
-  __syncthreads();  // the barriers initialized and expecting, the zeros written
-#pragma unroll
-  for (int s = 0; s < Tile::kStages - 1; ++s) {
-    if (s < count) issue_block(s, source_of(s));
+    if (s < count) {
+      expect_block(s);
+      issue_block(s, source_of(s));
+    }
   }
   // The page of this thread's row in the next block to issue, looked up a block ahead.
   CacheRow next_source{};

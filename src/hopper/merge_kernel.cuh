@@ -74,6 +74,51 @@ __device__ inline void accumulate_part(const void* row, std::int64_t stride_d, s
   }
 }
 
+// The weighted sum over parts that are all fp32 (the split-KV combine's), kBatch parts
+// at a time: their loads are issued together, each predicated rather than behind a
+// branch, and added once all have arrived. One part at a time, a combine of 16 small
+// parts took a load latency per part. A part of weight 0 saw no key of the row: its
+// values, whatever they hold (NaN included), count as 0; they are read all the same,
+// every part's row being memory of the call.
+template <int kVec, class Parts, class WeightOf>
+__device__ inline void accumulate_fp32_parts(const Parts& parts, WeightOf weight_of, int count, std::int64_t b,
+                                             std::int64_t s, std::int64_t h, std::int64_t d0, std::int64_t head_dim,
+                                             unsigned group, int lane, int lanes, float (&acc)[kMergeChunks][kVec]) {
+  constexpr int kBatch = 4;
+  for (int c = 0; c < count; c += lanes) {
+    // Lane j holds part c + j's weight.
+    const float mine = c + lane < count ? weight_of(c + lane) : 0.f;
+    const int here = min(lanes, count - c);
+    for (int j0 = 0; j0 < here; j0 += kBatch) {
+      float w[kBatch];
+      Pack<float, kVec> v[kBatch][kMergeChunks];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        // Past the last part: the last part again, at weight 0.
+        const int j = min(j0 + u, here - 1);
+        const float wj = __shfl_sync(group, mine, j, lanes);
+        w[u] = j0 + u < here ? wj : 0.f;
+        const MergePart part = parts.get(c + j);
+        const float* row = static_cast<const float*>(part.out.data) + row_offset(part.out.stride, b, s, h);
+#pragma unroll
+        for (int k = 0; k < kMergeChunks; ++k) {
+          const std::int64_t d = d0 + (static_cast<std::int64_t>(k) * lanes + lane) * kVec;
+          v[u][k] = d < head_dim ? *reinterpret_cast<const Pack<float, kVec>*>(row + d * part.out.stride_d)
+                                 : Pack<float, kVec>{};
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+#pragma unroll
+        for (int k = 0; k < kMergeChunks; ++k) {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[k][e] = fmaf(w[u], w[u] == 0.f ? 0.f : v[u][k].v[e], acc[k][e]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace merge_detail
 
 // Parts hold fp32, fp16 or bf16 values, each its own (their count, type and location
@@ -124,27 +169,35 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 
     for (std::int64_t d0 = 0; d0 < head_dim; d0 += pass) {
       float acc[kMergeChunks][kVec] = {};
-      for (int c = 0; c < parts; c += lanes) {
-        // Lane j holds part c + j's weight; a part that saw no key of the row (weight 0)
-        // is not read, so whatever it holds (NaN included) stays out.
-        const float mine = c + lane < parts ? expf(lse_of(c + lane) - lse) : 0.f;
-        const int here = min(lanes, parts - c);
-        for (int j = 0; j < here; ++j) {
-          const float w = __shfl_sync(group, mine, j, lanes);
-          if (w == 0.f) continue;
-          const MergePart part = p.parts.get(c + j);
-          const std::int64_t at = row_offset(part.out.stride, b, s, h);
-          // The type is the same for the whole group: the branch does not diverge.
-          if (part.type == PartType::kFloat16) {
-            accumulate_part<__half, kVec>(static_cast<const __half*>(part.out.data) + at, part.out.stride_d, d0,
-                                          head_dim, lane, lanes, w, acc);
-          } else if (part.type == PartType::kBFloat16) {
-            accumulate_part<__nv_bfloat16, kVec>(static_cast<const __nv_bfloat16*>(part.out.data) + at,
-                                                 part.out.stride_d, d0, head_dim, lane, lanes, w, acc);
-          } else if constexpr (kVec * sizeof(float) <= 16) {
-            // fp32: compiled out at kVec 8, which the launch picks only for calls without fp32.
-            accumulate_part<float, kVec>(static_cast<const float*>(part.out.data) + at, part.out.stride_d, d0, head_dim,
-                                         lane, lanes, w, acc);
+      if constexpr (Parts::kFloat32Only) {
+        if constexpr (kVec * sizeof(float) <= 16) {  // the launch picks kVec 8 only for calls without fp32
+          accumulate_fp32_parts<kVec>(
+              p.parts, [&](int i) { return expf(lse_of(i) - lse); }, parts, b, s, h, d0, head_dim, group, lane, lanes,
+              acc);
+        }
+      } else {
+        for (int c = 0; c < parts; c += lanes) {
+          // Lane j holds part c + j's weight; a part that saw no key of the row (weight 0)
+          // is not read, so whatever it holds (NaN included) stays out.
+          const float mine = c + lane < parts ? expf(lse_of(c + lane) - lse) : 0.f;
+          const int here = min(lanes, parts - c);
+          for (int j = 0; j < here; ++j) {
+            const float w = __shfl_sync(group, mine, j, lanes);
+            if (w == 0.f) continue;
+            const MergePart part = p.parts.get(c + j);
+            const std::int64_t at = row_offset(part.out.stride, b, s, h);
+            // The type is the same for the whole group: the branch does not diverge.
+            if (part.type == PartType::kFloat16) {
+              accumulate_part<__half, kVec>(static_cast<const __half*>(part.out.data) + at, part.out.stride_d, d0,
+                                            head_dim, lane, lanes, w, acc);
+            } else if (part.type == PartType::kBFloat16) {
+              accumulate_part<__nv_bfloat16, kVec>(static_cast<const __nv_bfloat16*>(part.out.data) + at,
+                                                   part.out.stride_d, d0, head_dim, lane, lanes, w, acc);
+            } else if constexpr (kVec * sizeof(float) <= 16) {
+              // fp32: compiled out at kVec 8, which the launch picks only for calls without fp32.
+              accumulate_part<float, kVec>(static_cast<const float*>(part.out.data) + at, part.out.stride_d, d0,
+                                           head_dim, lane, lanes, w, acc);
+            }
           }
         }
       }

@@ -41,6 +41,7 @@ struct MergePart {
 template <int kCapacity>
 struct ListedParts {
   static constexpr int kMax = kCapacity;
+  static constexpr bool kFloat32Only = false;
   int count = 0;
   MergePart part[kCapacity];
   __host__ __device__ MergePart get(int i) const { return part[i]; }
@@ -49,6 +50,8 @@ struct ListedParts {
 // The combine's parts: the slices of one fp32 tensor along its first dimension, any
 // number of them (`first.type` stays fp32).
 struct SlicedParts {
+  // Every part is fp32: the kernel reads them in batches, with no branch on the type.
+  static constexpr bool kFloat32Only = true;
   int count = 0;
   MergePart first;
   std::int64_t out_step = 0;  // elements from one split's out_partial to the next
