@@ -130,6 +130,27 @@ def test_a_point_on_the_cpu_times_fa3_per_layout_and_split(two_ms):
     assert cudnn[1]["cudnn_cache"] == "contiguous" and "cudnn_cache" not in cudnn[0]
 
 
+def test_graph_mode_times_the_replay_and_marks_every_record(two_ms, monkeypatch):
+    timed = []
+
+    def capture(fn):
+        timed.append(fn)
+        return fn
+
+    # No CUDA graph on the CPU: the capture is stood in for, and must be what is timed.
+    monkeypatch.setattr(bench_decode, "captured", capture)
+    args = bench_decode.parse_args(["--graph"])
+    assert args.graph
+    records = bench_decode.run_point(2, 128, args, "cpu", device="cpu")
+    impls = [(r["impl"], r["paged"]) for r in records]
+    assert impls == [("fa3", False), ("cudnn", False), ("fa3", True), ("cudnn", True)]
+    assert all(r["variant"] == "graph" for r in records)
+    assert records[3]["cudnn_cache"] == "contiguous"
+    # fa3 per layout (cuDNN fails on the CPU before it is timed).
+    assert len(timed) == 2
+    assert "variant" not in bench_decode.run_point(1, 64, bench_decode.parse_args([]), "cpu", device="cpu")[0]
+
+
 def test_a_point_where_fa3_refuses_records_cudnn_alone_with_a_note(two_ms, monkeypatch):
     def refuse(*args, **kwargs):
         raise NotImplementedError("k_cache: KV-cache attention is not implemented on the GPU yet")
