@@ -11,13 +11,15 @@
 #
 # --bench-args passes options to every `fa3 bench`, e.g. "--iters 200 --warmup 50":
 # long enough runs reach the GPU's power cap, as the Python benchmark's do; the
-# default 20 calls per point mostly run at full clocks.
+# default 20 calls per point mostly run at full clocks. --cmake-args passes options to
+# both builds' configure step, e.g. "-DFA3_KERNEL_FILTER=^bwd_bf16_hdim128_" to build
+# fewer kernels.
 #
-#   scripts/ab_bench.sh [--rounds N] [--dtype bf16] [--bench-args "..."] --patch FILE
+#   scripts/ab_bench.sh [--rounds N] [--dtype bf16] [--bench-args "..."] [--cmake-args "..."] --patch FILE
 #       --cutlass INCLUDE_DIR OUT_DIR HDIM:MASK ...   MASK is causal or non-causal
 set -uo pipefail
 cd "$(dirname "$0")/.."
-rounds=3 dtype=bf16 patch="" cutlass="" bench_args=""
+rounds=3 dtype=bf16 patch="" cutlass="" bench_args="" cmake_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -25,11 +27,12 @@ while [ $# -gt 0 ]; do
     --patch) patch=$2; shift 2 ;;
     --cutlass) cutlass=$2; shift 2 ;;
     --bench-args) bench_args=$2; shift 2 ;;
+    --cmake-args) cmake_args=$2; shift 2 ;;
     -*) echo "ab_bench: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-[ -n "$patch" ] && [ -n "$cutlass" ] && [ $# -ge 2 ] || { sed -n '2,17p' "$0"; exit 2; }
+[ -n "$patch" ] && [ -n "$cutlass" ] && [ $# -ge 2 ] || { sed -n '2,20p' "$0"; exit 2; }
 out=$1
 shift
 mkdir -p "$out"
@@ -43,7 +46,7 @@ tar -cf - --exclude='./build*' --exclude=./.git --exclude=./.cutlass --exclude=.
 
 configure() {  # configure SRC BUILD
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA3_CUTLASS_INCLUDE="$cutlass" \
-    -DFA3_HEAD_DIMS="$head_dims" -DFA3_DTYPES="$dtype" -DFA3_BUILD_TESTS=OFF -DFA3_BUILD_PYTHON=OFF >/dev/null
+    -DFA3_HEAD_DIMS="$head_dims" -DFA3_DTYPES="$dtype" -DFA3_BUILD_TESTS=OFF -DFA3_BUILD_PYTHON=OFF $cmake_args >/dev/null
 }
 jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 configure "$base_src" "$out/build-base" && configure . "$out/build-new" || exit 1
