@@ -33,6 +33,12 @@ struct BwdConfig {
   int dq_slices;      // dQ's GEMM issued and staged in this many row blocks, each summed before the next
   int producer_regs;  // setmaxnreg for the producer warpgroup
   int consumer_regs;  // setmaxnreg for each consumer warpgroup
+  // The switch between tiles overlapped with its epilogue: K's and V's buffers released
+  // once the last step's GEMMs are done, dK/dV (MHA) leaving from the dS and dQ staging
+  // buffers, the next tile's K/V asked of the L2 ahead of their loads. Needs the dK/dV
+  // accumulators in registers (dkv_from_registers). Measured per head dim
+  // (docs/perf-log.md): kept where it was faster at every length.
+  bool overlap_tile_switch = false;
   bool varlen = false;  // carries the varlen paths (bwd_carries_varlen); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
@@ -69,7 +75,7 @@ constexpr BwdConfig bwd_config(int head_dim) {
   switch (head_dim) {
     case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, 1, 24, 240};
     case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240};
-    case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240};
+    case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240, true};
     case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160};
     // dK and dV hold 160 registers per thread here; dQ's 64 more spilled 500 bytes, so
     // dQ goes in two halves of the head dim, 32 registers each.

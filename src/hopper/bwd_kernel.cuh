@@ -16,8 +16,10 @@
 //          consumer thread reads the statistics, so every one releases the stage.
 //   dQ   : per consumer warpgroup a pair of named barriers with the dQ warp (its part
 //          of the staging buffer is full / was read).
-// dK and dV leave through K's and V's buffers by TMA store, or, with GQA/MQA, are added
-// to fp32 accumulators (the postprocess converts them).
+// dK and dV leave by TMA store through K's and V's buffers before their release, or,
+// with an overlapped tile switch (BwdConfig::overlap_tile_switch), through the dS and
+// dQ staging buffers after it, while the next tile's K and V load; with GQA/MQA they
+// are added from registers to fp32 accumulators (the postprocess converts them).
 //
 // A varlen call (BwdParams::cu_seqlens_q) runs on the kernels that carry the varlen
 // paths (BwdConfig::varlen): tiles cover max_seqlen_k's key blocks for every (head,
@@ -220,6 +222,13 @@ struct BwdKernel {
           producer.announce(params, smem, tile, tile.m_block);
 #pragma unroll 1
           for (int m = range.begin + 1; m < range.end; ++m) producer.load_step(params, smem, q_pipe, do_pipe, tile, m);
+          // The loads run two stages ahead of the consumers: the next tile's K and V are
+          // asked of the L2 about two steps before this tile ends.
+          if (Traits::kOverlapTileSwitch && scheduler.valid(next)) {
+            TileCoord coming = scheduler.coord(next);
+            coming.m_block = tile_block(params, n_blocks, coming.m_block);
+            producer.prefetch_kv(params, smem, coming, coming.m_block);
+          }
         } else {
           producer.announce(params, smem, TileCoord{-1, 0, 0}, 0);
         }
@@ -291,11 +300,20 @@ struct BwdKernel {
     // The dQ staging buffer starts free: one warp of each warpgroup stands in for the
     // dQ warp's first "read" arrival.
     if (tid % 128 < 32) barrier_arrive(dq_empty_barrier(consumer.wg), kDqBarrierThreads);
+    // With an overlapped tile switch: the previous tile's dK and dV are leaving from the
+    // dS and dQ staging buffers (store_dkv_staged), and this warpgroup holds its
+    // staging part's turn until the tile's first dQ part takes it.
+    bool staged = false;
     std::uint32_t phase = 0;
     for (;;) {
       arch::mbarrier_wait(&smem.kv_full, phase);
       phase ^= 1u;
       const TileCoord tile = smem.tile.tile;
+      if (staged) {
+        // Their TMA stores have read the buffers before the tile writes dS or dQ.
+        if (tid == 0) cute::tma_store_wait<0>();
+        if (tile.m_block >= 0) barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+      }
       if (tile.m_block < 0) break;
       const int n_block = tile.m_block;
       if constexpr (kVarlen) {
@@ -309,8 +327,17 @@ struct BwdKernel {
       const BlockRange range = query_range<Traits>(tile_mask<Traits>(mask, smem), n_block);
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
-        consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV,
-                      [&](auto& dq, int slice) { store_dq(smem, tid, dq, slice); });
+        consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV, [&](auto& dq, int slice) {
+          store_dq(smem, tid, dq, slice, staged);
+          staged = false;
+        });
+      }
+      if constexpr (Traits::kOverlapTileSwitch) {
+        if (!params.p.layout.dkv_sums) {
+          store_dkv_staged(params, smem, tid, tile, tdKrdK, tdVrdV, staged);
+          staged = true;
+          continue;
+        }
       }
       store_dkv(params, smem, tid, tile, tdKrdK, tdVrdV);
     }
@@ -320,8 +347,10 @@ struct BwdKernel {
   // warp, through this warpgroup's part of the staging buffer. Four consecutive values
   // per thread, threads interleaved: the order of the accumulator too
   // (hopper/bwd_workspace.h).
+  // `held`: this warpgroup holds the part's turn already (the tile's first slice after
+  // a staged epilogue, store_dkv_staged).
   template <class FragDq>
-  __device__ static void store_dq(SharedStorage& smem, int tid, const FragDq& dq, int slice) {
+  __device__ static void store_dq(SharedStorage& smem, int tid, const FragDq& dq, int slice, bool held) {
     const int wg = tid / 128;
     constexpr int kVecs = decltype(cute::size(dq))::value / 4;
     if constexpr (Traits::kPInDqStaging) {
@@ -329,7 +358,7 @@ struct BwdKernel {
       // That part's wait for the dQ warp came before P was written (bwd_mainloop.cuh).
       if (slice == 0) barrier_sync(BwdBarrier::kPdS, kConsumerThreads);
       if (wg != 0 || slice != 0) barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
-    } else {
+    } else if (!held) {
       barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
     }
     float4* dst = reinterpret_cast<float4*>(smem.dq + wg * Traits::kDqStagedPerWG) + tid % 128;
@@ -353,9 +382,58 @@ struct BwdKernel {
     if (tid == 0) arch::publish_counter(turn, my_turn + 1);
   }
 
-  // The tile's dK (scaled by the softmax scale) and dV: through K's and V's buffers by
-  // TMA store, or (GQA/MQA, varlen: dkv_sums) added to the fp32 accumulators. Then the
-  // buffers are free.
+  // The tile's dK (scaled by the softmax scale) and dV with an overlapped tile switch
+  // (BwdConfig::overlap_tile_switch), MHA: K's and V's buffers are released first, and
+  // the rows leave by TMA store from the dS buffers (dK) and the dQ staging buffer (dV),
+  // both free at the end of a tile. The next tile's K/V loads then overlap this
+  // epilogue, which at short sequences (a tile of a few steps) was a visible share of
+  // the tile. `held`: the warpgroup holds its staging part's turn already (a tile
+  // without steps). The next tile waits for the stores to have read the buffers
+  // (consume()).
+  template <class FragDkv>
+  __device__ static void store_dkv_staged(const Params& params, SharedStorage& smem, int tid, TileCoord tile,
+                                          FragDkv& tdKrdK, const FragDkv& tdVrdV, bool held) {
+    using namespace cute;
+    const BwdParams& p = params.p;
+    // This thread's GEMMs are done with K and V (the step waited for all of them).
+    arch::mbarrier_arrive(&smem.kv_empty);
+    CUTE_UNROLL
+    for (int i = 0; i < size(tdKrdK); ++i) tdKrdK(i) *= p.softmax_scale;
+    auto rdK = convert_fragment<Element>(tdKrdK);
+    auto rdV = convert_fragment<Element>(tdVrdV);
+    // The dQ warp has read this warpgroup's part of the staging buffer, and (barrier)
+    // every warpgroup's part, and every dQ GEMM is done with dS.
+    if (!held) barrier_sync(dq_empty_barrier(tid / 128), kDqBarrierThreads);
+    barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+    typename Traits::TiledMmaDkv mma_dkv;
+    auto copy_dkv = make_tiled_copy_C(typename Traits::CopyAtomDkv{}, mma_dkv);
+    auto thr_copy = copy_dkv.get_thread_slice(tid);
+    Tensor sdK = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutK{});
+    Tensor sdV = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem.dq)), typename Traits::SmemLayoutV{});
+    copy(copy_dkv, thr_copy.retile_S(rdK), thr_copy.partition_D(as_position_independent_swizzle_tensor(sdK)));
+    copy(copy_dkv, thr_copy.retile_S(rdV), thr_copy.partition_D(as_position_independent_swizzle_tensor(sdV)));
+    cutlass::arch::fence_view_async_shared();
+    barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+    if (tid == 0) {
+      const int n_block = tile.m_block;
+      Tensor mdK = params.tma_dk.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
+      Tensor gdK = local_tile(mdK(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+      auto [tdKgK, tdKsK] =
+          tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(sdK), group_modes<0, 2>(gdK));
+      copy(params.tma_dk, tdKsK, tdKgK);
+      Tensor mdV = params.tma_dv.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.nheads_kv, p.batch));
+      Tensor gdV = local_tile(mdV(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+      auto [tdVgV, tdVsV] =
+          tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(sdV), group_modes<0, 2>(gdV));
+      copy(params.tma_dv, tdVsV, tdVgV);
+      tma_store_arrive();
+    }
+  }
+
+  // The tile's dK (scaled by the softmax scale) and dV otherwise: through K's and V's
+  // buffers by TMA store, after which the buffers are free, or (GQA/MQA, varlen:
+  // dkv_sums) added to the fp32 accumulators, the buffers released before the sums
+  // with an overlapped tile switch and after them without.
   template <class FragDkv>
   __device__ static void store_dkv(const Params& params, SharedStorage& smem, int tid, TileCoord tile,
                                    FragDkv& tdKrdK, const FragDkv& tdVrdV) {
@@ -397,10 +475,15 @@ struct BwdKernel {
         tma_store_arrive();
         tma_store_wait<0>();
       }
+      arch::mbarrier_arrive(&smem.kv_empty);
     } else {
       const int group = p.nheads_q / p.nheads_kv;
       const std::int64_t block =
           k_block_index<Traits::kBlockN, kVarlen>(p, tile.batch, tile.head / group, slot_seq(params, smem), n_block);
+      // The sums leave from registers: with an overlapped tile switch K's and V's
+      // buffers (and the slot, read above) are free for the next tile's loads while
+      // they do.
+      if constexpr (Traits::kOverlapTileSwitch) arch::mbarrier_arrive(&smem.kv_empty);
       const std::int64_t offset = block * (Traits::kBlockN * Traits::kHeadDim) + (tid / 128) * Traits::kDkvPerWG;
       float4* dk = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dk_accum) + offset) + tid % 128;
       float4* dv = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dv_accum) + offset) + tid % 128;
@@ -412,8 +495,8 @@ struct BwdKernel {
         atomicAdd(dv + i * 128, make_float4(tdVrdV(4 * i), tdVrdV(4 * i + 1), tdVrdV(4 * i + 2), tdVrdV(4 * i + 3)));
       }
       pass_turn(turn, tile.head % group, tid);
+      if constexpr (!Traits::kOverlapTileSwitch) arch::mbarrier_arrive(&smem.kv_empty);
     }
-    arch::mbarrier_arrive(&smem.kv_empty);
   }
 };
 

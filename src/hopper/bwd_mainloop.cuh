@@ -118,8 +118,27 @@ struct BwdProducer {
       cutlass::arch::ClusterTransactionBarrier::arrive(&smem.kv_full);
       return;
     }
-    const BwdParams& p = params.p;
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKVBytes);
+    kv_copies(params, smem, tile, n_block, [&](const auto& tma, const auto& src, auto& dst) {
+      copy(tma.with(smem.kv_full), src, dst);
+    });
+  }
+
+  // Asks the L2 for the K and V blocks of `tile` (key block n_block), a tile ahead of
+  // their loads: between tiles the consumers wait for K/V, at short sequences a visible
+  // share of a tile of a few steps.
+  template <class Params>
+  __device__ void prefetch_kv(const Params& params, SharedStorage& smem, TileCoord tile, int n_block) {
+    kv_copies(params, smem, tile, n_block,
+              [&](const auto& tma, const auto& src, auto&) { cute::prefetch(tma, src); });
+  }
+
+  // `issue(tma, global, shared)` for K's and then V's block n_block of `tile`.
+  template <class Params, class Issue>
+  __device__ void kv_copies(const Params& params, SharedStorage& smem, TileCoord tile, int n_block, Issue&& issue) {
+    using namespace cute;
+    constexpr bool kVarlen = Traits::kVarlen;
+    const BwdParams& p = params.p;
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
     const int offset_k = seq_bounds<kVarlen>(p, tile.batch).offset_k;
     const int batch = tensor_batch<kVarlen>(p, tile.batch);
@@ -129,14 +148,14 @@ struct BwdProducer {
                            make_coord(n_block, _0{}));
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    copy(params.tma_k.with(smem.kv_full), tKgK, tKsK);
+    issue(params.tma_k, tKgK, tKsK);
     Tensor mV = params.tma_v.get_tma_tensor(
         make_shape(k_rows<kVarlen>(p), p.head_dim_v, p.nheads_kv, tensor_batches<kVarlen>(p)));
     Tensor gV = local_tile(domain_offset(make_coord(offset_k, _0{}), mV(_, _, head_kv, batch)), Shape<BN, D>{},
                            make_coord(n_block, _0{}));
     Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-    copy(params.tma_v.with(smem.kv_full), tVgV, tVsV);
+    issue(params.tma_v, tVgV, tVsV);
   }
 };
 

@@ -37,6 +37,8 @@ struct BwdTraits {
   static constexpr int kDqSlices = kCfg.dq_slices;
   static constexpr bool kPInDqStaging = kCfg.p_in_dq_staging();
   static constexpr bool kVarlen = kCfg.varlen;
+  static constexpr bool kOverlapTileSwitch = kCfg.overlap_tile_switch;
+  static_assert(!kOverlapTileSwitch || kDkvRS, "an overlapped tile switch stores dK/dV from whole key rows");
   static_assert(!kPInDqStaging || (!kDkvRS && kDsStages == 1), "P in dQ's staging buffer: one P buffer");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
   static_assert(kWGs <= kMaxBwdConsumerWGs, "more consumer warpgroups than named barriers are laid out for");
@@ -194,7 +196,8 @@ struct BwdTraits {
     alignas(1024) Element dout[cute::cosize_v<SmemLayoutDo>];
     alignas(1024) Element p[kDkvRS || kPInDqStaging ? 1 : cute::cosize_v<SmemLayoutPdS>];
     alignas(1024) Element ds[cute::cosize_v<SmemLayoutPdS>];
-    alignas(kPInDqStaging ? 1024 : 128) float dq[kBlockM * kHeadDim / kDqSlices];
+    // 1024-byte aligned where it holds P or dV (swizzled layouts).
+    alignas(kPInDqStaging || kOverlapTileSwitch ? 1024 : 128) float dq[kBlockM * kHeadDim / kDqSlices];
     alignas(128) float lse[kStatsStride * kQStages];
     alignas(128) float dpsum[kStatsStride * kDoStages];
     // The tile whose K/V are loaded; n_block (m_block field) < 0: no more tiles. A kernel
@@ -213,6 +216,12 @@ struct BwdTraits {
       }
     }
   };
+  // The overlapped tile switch stores dK from the dS buffers and dV from the dQ
+  // staging buffer.
+  static_assert(!kOverlapTileSwitch ||
+                    (cute::cosize_v<SmemLayoutK> <= cute::cosize_v<SmemLayoutPdS> &&
+                     cute::cosize_v<SmemLayoutV> * sizeof(Element) <= kBlockM * kHeadDim / kDqSlices * sizeof(float)),
+                "dK and dV must fit the buffers they leave from");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
 };

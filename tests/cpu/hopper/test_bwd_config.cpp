@@ -58,6 +58,21 @@ BwdShape shape(std::int64_t sq, std::int64_t sk, std::int64_t hq, std::int64_t h
   return {3, sq, sk, hq, hkv, d};
 }
 
+// The overlapped tile switch stages dK in the dS buffers and dV in the dQ staging
+// buffer, which needs whole key rows of dK/dV per warpgroup (and room for both): on at
+// head dim 128, where it measured faster at every sequence length, off elsewhere.
+TEST(BwdConfig, OverlappedTileSwitchWhereDkvLeaveFromRegisters) {
+  for (int d : kHeadDims) {
+    SCOPED_TRACE(d);
+    const BwdConfig c = bwd_config(d);
+    EXPECT_EQ(c.overlap_tile_switch, d == 128);
+    if (!c.overlap_tile_switch) continue;
+    EXPECT_TRUE(c.dkv_from_registers());
+    EXPECT_LE(c.block_n * d, c.ds_stages * c.block_m * c.block_n);  // dK in the dS buffers
+    EXPECT_LE(c.block_n * d * 2, c.block_m * d * 4 / c.dq_slices);  // dV in the dQ staging
+  }
+}
+
 TEST(BwdWorkspace, RegionsAreAlignedDisjointAndSized) {
   for (bool deterministic : {false, true}) {
     for (std::int64_t hkv : {8, 2}) {
