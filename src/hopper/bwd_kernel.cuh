@@ -405,26 +405,38 @@ struct BwdKernel {
     // every warpgroup's part, and every dQ GEMM is done with dS.
     if (!held) barrier_sync(dq_empty_barrier(tid / 128), kDqBarrierThreads);
     barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+    Tensor sdK = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutK{});
+    Tensor sdV = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem.dq)), typename Traits::SmemLayoutV{});
+    store_dkv_by_tma(params, tid, tile, rdK, rdV, sdK, sdV, sdK, sdV);
+  }
+
+  // dK and dV (converted, `rdK`, `rdV`) into shared memory (`dst_k`, `dst_v`: views of the
+  // MMA's layout, transposed when it holds dKᵀ/dVᵀ) and out of the tiles `src_k`, `src_v`
+  // by TMA store, issued by consumer thread 0, whose bulk group they are.
+  template <class Frag, class DstK, class DstV, class SrcK, class SrcV>
+  __device__ static void store_dkv_by_tma(const Params& params, int tid, TileCoord tile, const Frag& rdK,
+                                          const Frag& rdV, DstK dst_k, DstV dst_v, SrcK src_k, SrcV src_v) {
+    using namespace cute;
+    const BwdParams& p = params.p;
     typename Traits::TiledMmaDkv mma_dkv;
     auto copy_dkv = make_tiled_copy_C(typename Traits::CopyAtomDkv{}, mma_dkv);
     auto thr_copy = copy_dkv.get_thread_slice(tid);
-    Tensor sdK = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutK{});
-    Tensor sdV = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem.dq)), typename Traits::SmemLayoutV{});
-    copy(copy_dkv, thr_copy.retile_S(rdK), thr_copy.partition_D(as_position_independent_swizzle_tensor(sdK)));
-    copy(copy_dkv, thr_copy.retile_S(rdV), thr_copy.partition_D(as_position_independent_swizzle_tensor(sdV)));
+    copy(copy_dkv, thr_copy.retile_S(rdK), thr_copy.partition_D(as_position_independent_swizzle_tensor(dst_k)));
+    copy(copy_dkv, thr_copy.retile_S(rdV), thr_copy.partition_D(as_position_independent_swizzle_tensor(dst_v)));
     cutlass::arch::fence_view_async_shared();
     barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
     if (tid == 0) {
+      // MHA: the KV head is the query head.
       const int n_block = tile.m_block;
       Tensor mdK = params.tma_dk.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
       Tensor gdK = local_tile(mdK(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
       auto [tdKgK, tdKsK] =
-          tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(sdK), group_modes<0, 2>(gdK));
+          tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(src_k), group_modes<0, 2>(gdK));
       copy(params.tma_dk, tdKsK, tdKgK);
       Tensor mdV = params.tma_dv.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.nheads_kv, p.batch));
       Tensor gdV = local_tile(mdV(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
       auto [tdVgV, tdVsV] =
-          tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(sdV), group_modes<0, 2>(gdV));
+          tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(src_v), group_modes<0, 2>(gdV));
       copy(params.tma_dv, tdVsV, tdVgV);
       tma_store_arrive();
     }
@@ -445,36 +457,14 @@ struct BwdKernel {
     if (!p.layout.dkv_sums) {
       // Every warpgroup's GEMMs are done with K and V before any overwrites them.
       barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
-      typename Traits::TiledMmaDkv mma_dkv;
-      auto copy_dkv = make_tiled_copy_C(typename Traits::CopyAtomDkv{}, mma_dkv);
-      auto thr_copy = copy_dkv.get_thread_slice(tid);
       Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
       Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
       Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{});
       Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
-      auto rdK = convert_fragment<Element>(tdKrdK);
-      auto rdV = convert_fragment<Element>(tdVrdV);
-      copy(copy_dkv, thr_copy.retile_S(rdK),
-           thr_copy.partition_D(as_position_independent_swizzle_tensor(conditional_return<Traits::kDkvSwap>(sKt, sK))));
-      copy(copy_dkv, thr_copy.retile_S(rdV),
-           thr_copy.partition_D(as_position_independent_swizzle_tensor(conditional_return<Traits::kDkvSwap>(sVt, sV))));
-      cutlass::arch::fence_view_async_shared();
-      barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
-      if (tid == 0) {
-        // MHA: the KV head is the query head.
-        Tensor mdK = params.tma_dk.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
-        Tensor gdK = local_tile(mdK(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
-        auto [tdKgK, tdKsK] =
-            tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gdK));
-        copy(params.tma_dk, tdKsK, tdKgK);
-        Tensor mdV = params.tma_dv.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.nheads_kv, p.batch));
-        Tensor gdV = local_tile(mdV(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
-        auto [tdVgV, tdVsV] =
-            tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gdV));
-        copy(params.tma_dv, tdVsV, tdVgV);
-        tma_store_arrive();
-        tma_store_wait<0>();
-      }
+      store_dkv_by_tma(params, tid, tile, convert_fragment<Element>(tdKrdK), convert_fragment<Element>(tdVrdV),
+                       conditional_return<Traits::kDkvSwap>(sKt, sK), conditional_return<Traits::kDkvSwap>(sVt, sV), sK,
+                       sV);
+      if (tid == 0) tma_store_wait<0>();
       arch::mbarrier_arrive(&smem.kv_empty);
     } else {
       const int group = p.nheads_q / p.nheads_kv;
