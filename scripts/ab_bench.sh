@@ -7,7 +7,9 @@
 # comparison to trust: absolute figures move by several percent between machines.
 #
 # PATCH is the change as `git diff BASE_REVISION` made where the repository is; the
-# tree here needs no .git.
+# tree here needs no .git. --variant NAME=FILE (any number) adds a build of base with
+# FILE applied (a patch against base), timed in the same turns: several candidate
+# changes in one run, each against the same base.
 #
 # --bench-args passes options to every `fa3 bench`, e.g. "--iters 200 --warmup 50":
 # long enough runs reach the GPU's power cap, as the Python benchmark's do; the
@@ -15,11 +17,12 @@
 # both builds' configure step, e.g. "-DFA3_KERNEL_FILTER=^bwd_bf16_hdim128_" to build
 # fewer kernels.
 #
-#   scripts/ab_bench.sh [--rounds N] [--dtype bf16] [--bench-args "..."] [--cmake-args "..."] --patch FILE
+#   scripts/ab_bench.sh [--rounds N] [--dtype bf16] [--bench-args "..."] [--cmake-args "..."]
+#       [--variant NAME=FILE ...] --patch FILE
 #       --cutlass INCLUDE_DIR OUT_DIR HDIM:MASK ...   MASK is causal or non-causal
 set -uo pipefail
 cd "$(dirname "$0")/.."
-rounds=3 dtype=bf16 patch="" cutlass="" bench_args="" cmake_args=""
+rounds=3 dtype=bf16 patch="" cutlass="" bench_args="" cmake_args="" variants=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -28,36 +31,50 @@ while [ $# -gt 0 ]; do
     --cutlass) cutlass=$2; shift 2 ;;
     --bench-args) bench_args=$2; shift 2 ;;
     --cmake-args) cmake_args=$2; shift 2 ;;
+    --variant) variants+=("$2"); shift 2 ;;
     -*) echo "ab_bench: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
-[ -n "$patch" ] && [ -n "$cutlass" ] && [ $# -ge 2 ] || { sed -n '2,20p' "$0"; exit 2; }
+[ -n "$patch" ] && [ -n "$cutlass" ] && [ $# -ge 2 ] || { sed -n '2,24p' "$0"; exit 2; }
 out=$1
 shift
 mkdir -p "$out"
 patch=$(realpath "$patch")
 
 head_dims=$(for spec in "$@"; do echo "${spec%%:*}"; done | sort -nu | paste -sd';')
-base_src=$(mktemp -d)/fa3
-mkdir -p "$base_src"
-tar -cf - --exclude='./build*' --exclude=./.git --exclude=./.cutlass --exclude=./.whl . | tar -C "$base_src" -xf -
-(cd "$base_src" && patch -R -p1 -s <"$patch") || { echo "ab_bench: $patch does not reverse-apply" >&2; exit 1; }
+copy_tree() {  # copy_tree DIR: this tree without builds, git and carried archives
+  mkdir -p "$1"
+  tar -cf - --exclude='./build*' --exclude=./.git --exclude=./.cutlass --exclude=./.whl . | tar -C "$1" -xf -
+}
+src_root=$(mktemp -d)
+copy_tree "$src_root/base"
+(cd "$src_root/base" && patch -R -p1 -s <"$patch") || { echo "ab_bench: $patch does not reverse-apply" >&2; exit 1; }
+builds=(base new)
+declare -A src=([base]="$src_root/base" [new]=.)
+for v in "${variants[@]}"; do
+  name=${v%%=*} file=$(realpath "${v#*=}")
+  [[ "$name" =~ ^[A-Za-z0-9_-]+$ && "$name" != base && "$name" != new ]] || { echo "ab_bench: bad variant name '$name'" >&2; exit 2; }
+  cp -r "$src_root/base" "$src_root/$name"
+  (cd "$src_root/$name" && patch -p1 -s <"$file") || { echo "ab_bench: $file does not apply to base" >&2; exit 1; }
+  builds+=("$name")
+  src[$name]="$src_root/$name"
+done
 
 configure() {  # configure SRC BUILD
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA3_CUTLASS_INCLUDE="$cutlass" \
     -DFA3_HEAD_DIMS="$head_dims" -DFA3_DTYPES="$dtype" -DFA3_BUILD_TESTS=OFF -DFA3_BUILD_PYTHON=OFF $cmake_args >/dev/null
 }
-jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
-configure "$base_src" "$out/build-base" && configure . "$out/build-new" || exit 1
-cmake --build "$out/build-base" -j "$jobs" --target fa3_cli >"$out/build-base.log" 2>&1 &
-cmake --build "$out/build-new" -j "$jobs" --target fa3_cli >"$out/build-new.log" 2>&1
-new_rc=$?
-wait $!
-base_rc=$?
-[ $new_rc -eq 0 ] && [ $base_rc -eq 0 ] || { echo "ab_bench: build failed (logs in $out)" >&2; exit 1; }
+jobs=$(( $(nproc) / ${#builds[@]} > 0 ? $(nproc) / ${#builds[@]} : 1 ))
+pids=()
+for build in "${builds[@]}"; do
+  configure "${src[$build]}" "$out/build-$build" || exit 1
+  cmake --build "$out/build-$build" -j "$jobs" --target fa3_cli >"$out/build-$build.log" 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || { echo "ab_bench: a build failed (logs in $out)" >&2; exit 1; }; done
 
-for build in base new; do
+for build in "${builds[@]}"; do
   for hd in ${head_dims//;/ }; do
     for c in "" --causal; do
       timeout 60 "$out/build-$build/tools/fa3" run --device gpu --dtype "$dtype" --head-dim "$hd" $c --batch 2 --seqlen 1000 \
@@ -70,7 +87,7 @@ for spec in "$@"; do
   IFS=: read -r hd mask <<<"$spec"
   files=()
   for ((r = 1; r <= rounds; r++)); do
-    for build in base new; do
+    for build in "${builds[@]}"; do
       json="$out/bench-hdim$hd-$mask-$build-r$r.json"
       "$out/build-$build/tools/fa3" bench --device gpu --dtype "$dtype" --head-dims "$hd" --"$mask" --json "$json" \
         $bench_args >/dev/null || { echo "ab_bench: $build bench failed" >&2; exit 1; }
