@@ -204,6 +204,23 @@ def median_ms(fn, rep_ms):
         return do_bench(fn, quantiles=[0.5], **options)
 
 
+def graph_of(make):
+    """The function make() returns, captured into a CUDA graph after a warm-up call.
+    make() runs on the side stream that then captures: autograd runs a backward on the
+    stream its forward ran on, so a captured backward's forward must come from there."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn = make()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
 @functools.lru_cache(maxsize=1)
 def _l2_flush_buffer():
     return torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")

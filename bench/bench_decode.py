@@ -56,7 +56,7 @@ import fa3
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import gpu_slug, median_ms  # noqa: E402
+from bench_attention import gpu_slug, graph_of, median_ms  # noqa: E402
 
 NHEADS, NHEADS_KV, HDIM = 32, 8, 128
 DTYPE, DTYPE_NAME = torch.bfloat16, "bf16"
@@ -164,23 +164,9 @@ def attempt(fn):
         return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def captured(fn):
-    """A callable that replays fn() from a CUDA graph: fn runs once on a side stream (its
-    lazy setup out of the capture), then is captured on one."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
-
-
 def timed_ms(fn, args):
     """Median ms of fn(), or of its replay from a CUDA graph with --graph."""
-    return median_ms(captured(fn) if args.graph else fn, args.rep_ms)
+    return median_ms(graph_of(lambda: fn).replay if args.graph else fn, args.rep_ms)
 
 
 def time_fa3(q, cache, seqlen, reference, reference_name, args):

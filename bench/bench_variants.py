@@ -46,7 +46,7 @@ import torch
 import fa3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import gpu_slug, median_ms  # noqa: E402
+from bench_attention import gpu_slug, graph_of, median_ms  # noqa: E402
 
 TOKENS = 16384
 HIDDEN = 2048
@@ -107,23 +107,6 @@ def check(out, q, k, v, causal, window, softcap, sinks, chunk=0):
     if not err < MAX_REL_ERR:
         raise SystemExit(f"fa3 output off by {err:.3g} (window {window}, softcap {softcap}, causal {causal})")
     return err
-
-
-def graph_of(make):
-    """The function make() returns, captured into a CUDA graph after a warm-up call.
-    make() runs on the side stream that then captures: autograd runs a backward on the
-    stream its forward ran on, so a captured backward's forward must come from there."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn = make()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        fn()
-    torch.cuda.synchronize()
-    return graph
 
 
 def run(args, gpu):

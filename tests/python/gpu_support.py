@@ -10,6 +10,23 @@ BUILT_DTYPES = [_DTYPE_NAMES[name] for name in _BUILD["dtypes"]]
 BUILT_HEAD_DIMS = _BUILD["head_dims"]
 
 
+def capture(fn, after_warmup=None):
+    """fn() captured into a CUDA graph after one warm-up call on a side stream, as PyTorch
+    asks before a capture (`after_warmup()`, when given, runs between them). Returns the
+    graph and what the captured call returned: the tensors every replay writes."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    if after_warmup is not None:
+        after_warmup()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn()
+    return graph, outputs
+
+
 def hopper_skip_reason():
     """None when CUDA tensors can run the kernels every build holds (the merge of
     attention states, the split-KV combine), else why not."""

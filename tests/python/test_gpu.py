@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import fa3  # noqa: E402
 from attention_reference import ABS_CAP, check_close, reference, reference_grads  # noqa: E402
 from fa3 import _C, _torch_ops  # noqa: E402
-from gpu_support import BUILT_DTYPES, BUILT_HEAD_DIMS, gpu_skip_reason  # noqa: E402
+from gpu_support import BUILT_DTYPES, BUILT_HEAD_DIMS, capture, gpu_skip_reason  # noqa: E402
 
 pytestmark = pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
 
@@ -458,14 +458,7 @@ def test_cuda_graph_replays_forward_and_backward_as_eager(causal):
         return (out,) + torch.autograd.grad(out, leaves, dout)
 
     eager = tuple(t.detach() for t in step())
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture(step)
     for replay in range(2):
         for t in captured:
             t.fill_(float("nan"))

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
 from attention_reference import ABS_CAP, check_close, reference  # noqa: E402
-from gpu_support import BUILT_DTYPES, gpu_skip_reason, hopper_skip_reason  # noqa: E402
+from gpu_support import BUILT_DTYPES, capture, gpu_skip_reason, hopper_skip_reason  # noqa: E402
 
 # FlashAttention-3's hopper/flash_attn_interface.py: names, order, defaults; fa3's own
 # keyword `sinks` follows them.
@@ -459,19 +459,15 @@ def test_decode_steps_replayed_from_a_cuda_graph_match_eager_steps(page_size):
     graph_k, graph_v = k_cache.cuda(), v_cache.cuda()
     graph_lens = extra["cache_seqlens"].cuda()
     static = [t.clone() for t in steps[0]]
-    # Warm-up on a side stream, as PyTorch asks before a capture; it appends too, so the
-    # cache is restored before the capture (which does not run the step).
+    # capture()'s warm-up call appends too, so the cache is restored before the capture
+    # (which does not run the step).
     saved_k, saved_v = graph_k.clone(), graph_v.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run(*static, graph_k, graph_v, graph_lens)
-    torch.cuda.current_stream().wait_stream(side)
-    graph_k.copy_(saved_k)
-    graph_v.copy_(saved_v)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        graph_out = run(*static, graph_k, graph_v, graph_lens)
+
+    def restore():
+        graph_k.copy_(saved_k)
+        graph_v.copy_(saved_v)
+
+    graph, graph_out = capture(lambda: run(*static, graph_k, graph_v, graph_lens), after_warmup=restore)
     for i, step in enumerate(steps):
         for dst, src in zip(static, step):
             dst.copy_(src)
