@@ -4,6 +4,7 @@ with fa3 refusing (as on CUDA tensors before its KV-cache kernels) and running.
 """
 
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -133,12 +134,16 @@ def test_a_point_on_the_cpu_times_fa3_per_layout_and_split(two_ms):
 def test_graph_mode_times_the_replay_and_marks_every_record(two_ms, monkeypatch):
     timed = []
 
-    def capture(fn):
+    def graph_of(make):
+        fn = make()
         timed.append(fn)
-        return fn
+        return types.SimpleNamespace(replay=fn)
 
-    # No CUDA graph on the CPU: the capture is stood in for, and must be what is timed.
-    monkeypatch.setattr(bench_decode, "captured", capture)
+    # No CUDA graph on the CPU: the capture is stood in for, and its replay must be what
+    # is timed.
+    monkeypatch.setattr(bench_decode, "graph_of", graph_of)
+    measured = []
+    monkeypatch.setattr(bench_decode, "median_ms", lambda fn, rep_ms: measured.append(fn) or 2.0)
     args = bench_decode.parse_args(["--graph"])
     assert args.graph
     records = bench_decode.run_point(2, 128, args, "cpu", device="cpu")
@@ -147,7 +152,7 @@ def test_graph_mode_times_the_replay_and_marks_every_record(two_ms, monkeypatch)
     assert all(r["variant"] == "graph" for r in records)
     assert records[3]["cudnn_cache"] == "contiguous"
     # fa3 per layout (cuDNN fails on the CPU before it is timed).
-    assert len(timed) == 2
+    assert len(timed) == 2 and measured == timed
     assert "variant" not in bench_decode.run_point(1, 64, bench_decode.parse_args([]), "cpu", device="cpu")[0]
 
 
