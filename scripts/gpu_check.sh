@@ -10,11 +10,10 @@
 #       [--tests REGEX] [--test-timeout S] [--no-tests] [--no-python] [--no-sanitizer]
 #       [--no-bench] [--bench-args "..."] [--cmake-args "..."]
 #
-# --cmake-args passes options to the configure step, e.g. the build switch of the
-# path that is off until verified on a GPU:
-#   --cmake-args "-DFA3_GPU_VARLEN=ON"
-# (its tests then run with the rest: test_gpu_hopper_varlen, _bwd_varlen, and the Python
-# tests that follow fa3.build_info()).
+# --cmake-args passes options to the configure step, e.g. a build without one of the
+# switched paths:
+#   --cmake-args "-DFA3_GPU_VARLEN=OFF"
+# (the tests that follow fa3.build_info() then check that varlen calls are refused).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

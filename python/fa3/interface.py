@@ -249,7 +249,7 @@ def flash_attn_varlen_func(
     sinks.
 
     Runs on CPU tensors (fa3's CPU path) and on CUDA tensors where the extension was built
-    with the GPU varlen paths (FA3_GPU_VARLEN; otherwise CUDA tensors raise
+    with the GPU varlen paths (FA3_GPU_VARLEN, on by default; otherwise CUDA tensors raise
     NotImplementedError naming cu_seqlens_q), the backward at head dim 128 only (other head
     dims raise NotImplementedError naming cu_seqlens_q). The index tensors then stay on the
     GPU and are not checked there: their values (offsets, lengths, max_seqlen at least the

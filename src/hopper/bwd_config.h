@@ -39,7 +39,7 @@ struct BwdConfig {
   // accumulators in registers (dkv_from_registers). Measured per head dim
   // (docs/perf-log.md): kept where it was faster at every length.
   bool overlap_tile_switch = false;
-  bool varlen = false;  // carries the varlen paths (bwd_carries_varlen); set by launch_bwd
+  bool varlen = false;  // carries the varlen paths (bwd_has_varlen_kernel); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   constexpr int consumer_threads() const { return 128 * consumer_wgs; }
@@ -83,18 +83,15 @@ constexpr BwdConfig bwd_config(int head_dim) {
   }
 }
 
-// Whether the backward kernels of head dim `head_dim` and one mask family carry the
-// varlen paths (in a build with FA3_GPU_VARLEN, kVarlenKernels). The plain and causal
-// kernels run at their register limit (a 24-register producer beside two consumer
-// warpgroups at 240), and the varlen paths made them spill more: at head dim 128, 68
-// bytes of spill stores where the plain kernel spills 40 (the producer's sequence bounds
-// and tile skipping 20 of them, the consumers' clearing of rows past a sequence's end 8).
-// So only the general kernel carries them, and varlen calls of every mask run on it
-// (bwd_dispatch.cpp), at head dim 128, the one whose resource report was checked with
-// them (docs/perf-log.md); varlen calls of other head dims are refused.
-constexpr bool bwd_family_carries_varlen(int head_dim, bool general_mask) { return general_mask && head_dim == 128; }
-constexpr bool bwd_carries_varlen(int head_dim, bool general_mask) {
-  return kVarlenKernels && bwd_family_carries_varlen(head_dim, general_mask);
-}
+// The head dims whose backward has a varlen kernel: in a build with FA3_GPU_VARLEN
+// (kVarlenKernels), a second instance of the general kernel that carries the varlen paths
+// (BwdConfig::varlen), which varlen calls of every mask run on (bwd_dispatch.cpp); varlen
+// calls of other head dims are refused. The kernels of fixed-length calls never carry
+// the paths: they run at their register limit (a 24-register producer beside two
+// consumer warpgroups at 240), and the paths made them spill more (at head dim 128, 68
+// bytes of spill stores where the plain kernel spills 40; the general kernel 242 where
+// it spills 170) and cost fixed-length window and chunk calls 3-4 % (docs/perf-log.md).
+constexpr bool bwd_has_varlen_kernel(int head_dim) { return head_dim == 128; }
+constexpr bool bwd_builds_varlen_kernel(int head_dim) { return kVarlenKernels && bwd_has_varlen_kernel(head_dim); }
 
 }  // namespace fa3::hopper

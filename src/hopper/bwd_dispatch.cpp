@@ -9,17 +9,18 @@
 
 namespace fa3::hopper {
 
-// One launcher per compiled (dtype, head dim, mask), defined in generated files.
-#define FA3_BWD_INSTANCE(dtype, hdim, mask) \
-  Status bwd_##dtype##_hdim##hdim##_##mask(const BwdParams&, cudaStream_t);
+// One launcher per compiled (dtype, head dim, mask, varlen or not), defined in generated
+// files; `variant` is the name's suffix of the varlen instance.
+#define FA3_BWD_INSTANCE(dtype, hdim, mask, variant, varlen) \
+  Status bwd_##dtype##_hdim##hdim##_##mask##variant(const BwdParams&, cudaStream_t);
 #include "bwd_registry.inc"
 #undef FA3_BWD_INSTANCE
 
 const std::vector<BwdKernelEntry>& bwd_kernels() {
   static const std::vector<BwdKernelEntry> kernels = {
-#define FA3_BWD_INSTANCE(dtype, hdim, mask)                                                              \
+#define FA3_BWD_INSTANCE(dtype, hdim, mask, variant, varlen)                                             \
   {std::string(#dtype) == "fp16" ? DType::kFloat16 : DType::kBFloat16, hdim, mask_kind_from_name(#mask), \
-   &bwd_##dtype##_hdim##hdim##_##mask},
+   varlen, &bwd_##dtype##_hdim##hdim##_##mask##variant},
 #include "bwd_registry.inc"
 #undef FA3_BWD_INSTANCE
   };
@@ -65,13 +66,9 @@ BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
 
 bool bwd_varlen_enabled() { return kVarlenKernels; }
 
-bool bwd_runs_varlen(int head_dim) { return bwd_carries_varlen(head_dim, true); }
+bool bwd_runs_varlen(int head_dim) { return bwd_builds_varlen_kernel(head_dim); }
 
-MaskKind bwd_mask_kind(const Problem& p, int head_dim) {
-  const MaskKind kind = mask_kind(p);
-  if (p.varlen && !bwd_family_carries_varlen(head_dim, kind == MaskKind::kGeneral)) return MaskKind::kGeneral;
-  return kind;
-}
+MaskKind bwd_mask_kind(const Problem& p) { return p.varlen ? MaskKind::kGeneral : mask_kind(p); }
 
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) {
   BwdParams b;
@@ -149,14 +146,14 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
 
 Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
   const int head_dim = bwd_problem_head_dim(p);
-  const MaskKind mask = bwd_mask_kind(p, head_dim);
+  const MaskKind mask = bwd_mask_kind(p);
   if (p.varlen && !bwd_runs_varlen(head_dim)) {
     return {StatusCode::kNotSupported, "cu_seqlens_q: varlen backward calls run on the GPU at head dim 128 only; this "
                                        "call's kernel head dim is " +
                                            std::to_string(head_dim) + " (fa3::cpu runs it)"};
   }
   for (const BwdKernelEntry& k : bwd_kernels()) {
-    if (k.dtype == a.q.dtype && k.head_dim == head_dim && k.mask == mask) {
+    if (k.dtype == a.q.dtype && k.head_dim == head_dim && k.mask == mask && k.varlen == p.varlen) {
       const BwdParams params = make_bwd_params(p, a, num_sms);
       const Status launched = k.launch(params, stream);
       if (!launched.is_ok()) return launched;
@@ -168,7 +165,8 @@ Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaSt
                                ? std::to_string(p.head_dim)
                                : std::to_string(p.head_dim) + " (v: " + std::to_string(p.head_dim_v) + ")";
   return {StatusCode::kNotSupported, std::string("no backward kernel was built for dtype ") + dtype_name(a.q.dtype) +
-                                         ", head dim " + dims + ", mask " + mask_kind_name(mask)};
+                                         ", head dim " + dims + ", mask " + mask_kind_name(mask) +
+                                         (p.varlen ? " (varlen)" : "")};
 }
 
 }  // namespace fa3::hopper

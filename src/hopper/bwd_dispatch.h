@@ -15,11 +15,14 @@
 namespace fa3::hopper {
 
 // One compiled backward kernel family (preprocess, main kernel, postprocess) from the
-// configure-time kernel list.
+// configure-time kernel list. `varlen`: the instance that carries the varlen paths and
+// runs varlen calls (bwd_config.h's bwd_has_varlen_kernel); the others run
+// fixed-length calls.
 struct BwdKernelEntry {
   DType dtype;
   int head_dim;
   MaskKind mask;
+  bool varlen;
   Status (*launch)(const BwdParams&, cudaStream_t);
 };
 
@@ -42,17 +45,15 @@ int bwd_problem_head_dim(const Problem& p);
 // The workspace a call on `p` needs (hopper/bwd_workspace.h).
 BwdWorkspace bwd_workspace(const Problem& p, bool deterministic);
 
-// Whether this build's backward kernels carry the varlen paths at all (FA3_GPU_VARLEN),
-// and whether the general kernel of kernel head dim `head_dim` does (bwd_config.h's
-// bwd_carries_varlen): a varlen call of any other head dim is refused with
-// kNotSupported naming cu_seqlens_q.
+// Whether this build has varlen backward kernels at all (FA3_GPU_VARLEN), and whether
+// kernel head dim `head_dim` has one (bwd_config.h's bwd_builds_varlen_kernel): a varlen
+// call of any other head dim is refused with kNotSupported naming cu_seqlens_q.
 bool bwd_varlen_enabled();
 bool bwd_runs_varlen(int head_dim);
 
-// The mask family whose kernel runs problem `p` at kernel head dim `head_dim`: the
-// problem's (mask_kind), except that a varlen call runs on the general kernel where the
-// plain and causal ones do not carry the varlen paths (bwd_family_carries_varlen).
-MaskKind bwd_mask_kind(const Problem& p, int head_dim);
+// The mask family whose kernel runs problem `p`: the problem's (mask_kind), except that a
+// varlen call, whatever its mask, runs on the general family's varlen instance.
+MaskKind bwd_mask_kind(const Problem& p);
 
 // Builds BwdParams from validated arguments; `num_sms` bounds the persistent grid.
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& args, int num_sms);

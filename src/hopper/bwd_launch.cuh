@@ -89,12 +89,15 @@ Status launch_bwd_main(const typename Kernel::Params& params, int grid, cudaStre
   return detail::cuda_status(cudaGetLastError(), "backward kernel launch");
 }
 
-template <class Element, int kHeadDim, class Mask>
+// kVarlen: the instance that carries the varlen paths (BwdConfig::varlen), of the general
+// mask only (bwd_has_varlen_kernel).
+template <class Element, int kHeadDim, class Mask, bool kVarlen>
 Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using namespace cute;
+  static_assert(!kVarlen || (Mask::kGeneral && kVarlenKernels && bwd_has_varlen_kernel(kHeadDim)));
   constexpr BwdConfig kCfg = [] {
     BwdConfig c = bwd_config(kHeadDim);
-    c.varlen = bwd_carries_varlen(kHeadDim, Mask::kGeneral);
+    c.varlen = kVarlen;
     return c;
   }();
   using Traits = BwdTraits<Element, kHeadDim, kCfg>;

@@ -146,13 +146,18 @@ TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
   }
 }
 
-// A varlen backward call runs on the general kernel, the one family that carries the
-// varlen paths (head dim 128), whatever its mask; a fixed-length call on its own family.
-TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernel) {
+// A varlen backward call runs on the general family's varlen instance (head dim 128),
+// whatever its mask; a fixed-length call on its own family, never on the varlen one.
+TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernelsVarlenInstance) {
   for (int d : kHeadDims) {
-    EXPECT_FALSE(bwd_family_carries_varlen(d, false)) << d;
-    EXPECT_EQ(bwd_family_carries_varlen(d, true), d == 128) << d;
+    EXPECT_EQ(bwd_has_varlen_kernel(d), d == 128) << d;
     EXPECT_EQ(bwd_runs_varlen(d), bwd_varlen_enabled() && d == 128) << d;
+  }
+  for (const BwdKernelEntry& k : bwd_kernels()) {
+    if (k.varlen) {
+      EXPECT_EQ(k.mask, MaskKind::kGeneral);
+      EXPECT_TRUE(bwd_runs_varlen(k.head_dim)) << k.head_dim;
+    }
   }
   for (bool causal : {false, true}) {
     Problem p;
@@ -164,9 +169,9 @@ TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernel) {
     p.causal = causal;
     p.window_right = causal ? 0 : -1;
     const MaskKind own = causal ? MaskKind::kCausal : MaskKind::kPlain;
-    EXPECT_EQ(bwd_mask_kind(p, 128), own);
+    EXPECT_EQ(bwd_mask_kind(p), own);
     p.varlen = true;
-    EXPECT_EQ(bwd_mask_kind(p, 128), MaskKind::kGeneral);
+    EXPECT_EQ(bwd_mask_kind(p), MaskKind::kGeneral);
   }
 }
 

@@ -315,7 +315,7 @@ void PrintTo(const GeneralKernel& k, std::ostream* os) { *os << k.name(); }
 std::vector<GeneralKernel> built_general_kernels() {
   std::vector<GeneralKernel> out;
   for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
-    if (k.mask == hopper::MaskKind::kGeneral) out.push_back({k.dtype, k.head_dim});
+    if (k.mask == hopper::MaskKind::kGeneral && !k.varlen) out.push_back({k.dtype, k.head_dim});
   }
   return out;
 }
