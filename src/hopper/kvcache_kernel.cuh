@@ -104,6 +104,10 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   constexpr int kWarpN = Tile::kWarpN;
   constexpr int kKeyWarps = Tile::kKeyWarps;
   constexpr int kStageElems = kBlockN * (Tile::kKPitch + Tile::kVPitch);
+  // A split call's merge (launched as a programmatic dependent) may start its launch
+  // now: it waits for this grid's completion before reading the partials, and its launch
+  // latency, a visible share of a small decode step, passes while this grid runs.
+  arch::launch_dependent_grids();
 
   extern __shared__ __align__(128) unsigned char smem[];
   Element* s_q = reinterpret_cast<Element*>(smem);

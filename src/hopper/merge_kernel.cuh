@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "hopper/arch/ptx.cuh"
 #include "hopper/convert.cuh"
 #include "hopper/merge_params.h"
 
@@ -75,23 +76,25 @@ __device__ inline void accumulate_part(const void* row, std::int64_t stride_d, s
 }
 
 // The weighted sum over parts that are all fp32 (the split-KV combine's), kBatch parts
-// at a time: their loads are issued together, each predicated rather than behind a
-// branch, and added once all have arrived. One part at a time, a combine of 16 small
-// parts took a load latency per part. A part of weight 0 saw no key of the row: its
-// values, whatever they hold (NaN included), count as 0; they are read all the same,
-// every part's row being memory of the call.
-template <int kVec, class Parts, class WeightOf>
+// at a time, kChunks of the lane's vectors of each: their loads are issued together,
+// each predicated rather than behind a branch, and added once all have arrived. One
+// part at a time, a combine of 16 small parts took a load latency per part; a row that
+// one vector per lane covers (decode's, head dim up to 128) of more than four parts
+// takes 16 at a time (merge_kernel). A part of weight 0 saw no key of the row: its values, whatever they
+// hold (NaN included), count as 0; they are read all the same, every part's row being
+// memory of the call.
+template <int kVec, int kChunks, int kBatch, class Parts, class WeightOf>
 __device__ inline void accumulate_fp32_parts(const Parts& parts, WeightOf weight_of, int count, std::int64_t b,
                                              std::int64_t s, std::int64_t h, std::int64_t d0, std::int64_t head_dim,
                                              unsigned group, int lane, int lanes, float (&acc)[kMergeChunks][kVec]) {
-  constexpr int kBatch = 4;
+  static_assert(kChunks <= kMergeChunks);
   for (int c = 0; c < count; c += lanes) {
     // Lane j holds part c + j's weight.
     const float mine = c + lane < count ? weight_of(c + lane) : 0.f;
     const int here = min(lanes, count - c);
     for (int j0 = 0; j0 < here; j0 += kBatch) {
       float w[kBatch];
-      Pack<float, kVec> v[kBatch][kMergeChunks];
+      Pack<float, kVec> v[kBatch][kChunks];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         // Past the last part: the last part again, at weight 0.
@@ -101,7 +104,7 @@ __device__ inline void accumulate_fp32_parts(const Parts& parts, WeightOf weight
         const MergePart part = parts.get(c + j);
         const float* row = static_cast<const float*>(part.out.data) + row_offset(part.out.stride, b, s, h);
 #pragma unroll
-        for (int k = 0; k < kMergeChunks; ++k) {
+        for (int k = 0; k < kChunks; ++k) {
           const std::int64_t d = d0 + (static_cast<std::int64_t>(k) * lanes + lane) * kVec;
           v[u][k] = d < head_dim ? *reinterpret_cast<const Pack<float, kVec>*>(row + d * part.out.stride_d)
                                  : Pack<float, kVec>{};
@@ -110,7 +113,7 @@ __device__ inline void accumulate_fp32_parts(const Parts& parts, WeightOf weight
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
 #pragma unroll
-        for (int k = 0; k < kMergeChunks; ++k) {
+        for (int k = 0; k < kChunks; ++k) {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) acc[k][e] = fmaf(w[u], w[u] == 0.f ? 0.f : v[u][k].v[e], acc[k][e]);
         }
@@ -127,6 +130,8 @@ __device__ inline void accumulate_fp32_parts(const Parts& parts, WeightOf weight
 template <class Parts, class Out, int kVec>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ MergeParams<Parts> p) {
   using namespace merge_detail;
+  // Launched as a programmatic dependent (merge.cu): the parts may still be being written.
+  arch::wait_grid_dependencies();
   // lanes is a power of two: shifts and masks, not divisions.
   const int lanes = p.shape.lanes_per_row;
   const int shift = __ffs(lanes) - 1;
@@ -171,9 +176,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
       float acc[kMergeChunks][kVec] = {};
       if constexpr (Parts::kFloat32Only) {
         if constexpr (kVec * sizeof(float) <= 16) {  // the launch picks kVec 8 only for calls without fp32
-          accumulate_fp32_parts<kVec>(
-              p.parts, [&](int i) { return expf(lse_of(i) - lse); }, parts, b, s, h, d0, head_dim, group, lane, lanes,
-              acc);
+          const auto weight_of = [&](int i) { return expf(lse_of(i) - lse); };
+          if (head_dim <= static_cast<std::int64_t>(lanes) * kVec && parts > 4) {
+            accumulate_fp32_parts<kVec, 1, 16>(p.parts, weight_of, parts, b, s, h, d0, head_dim, group, lane, lanes,
+                                               acc);
+          } else {
+            accumulate_fp32_parts<kVec, kMergeChunks, 4>(p.parts, weight_of, parts, b, s, h, d0, head_dim, group,
+                                                         lane, lanes, acc);
+          }
         }
       } else {
         for (int c = 0; c < parts; c += lanes) {

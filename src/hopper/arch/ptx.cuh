@@ -148,4 +148,12 @@ __device__ __forceinline__ void publish_counter(int* counter, int value) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(counter), "r"(value) : "memory");
 }
 
+// Programmatic dependent launch. A grid launched with the attribute may start while the
+// grid before it still runs, once every CTA of that grid has let it
+// (launch_dependent_grids) or exited; it reads nothing the earlier grid writes before
+// wait_grid_dependencies, which returns once that grid has completed and its writes are
+// visible (at once in a grid launched without the attribute).
+__device__ __forceinline__ void launch_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_grid_dependencies() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 }  // namespace fa3::hopper::arch
