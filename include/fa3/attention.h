@@ -42,11 +42,11 @@
 // or past cu_seqlens_q[batch]) get out 0, lse -inf and dq 0; keys that take part in none
 // get dk and dv 0. A sequence may be empty; one whose keys are empty has out 0 and lse
 // -inf (its sink's logit, with sinks). fa3::cpu runs varlen calls. fa3::forward runs them
-// in a build with the GPU varlen forward (BuildInfo::gpu_varlen, the FA3_GPU_VARLEN
-// option) and refuses them otherwise (kNotSupported, naming cu_seqlens_q); fa3::backward
-// likewise, on the general kernel of head dim 128 whatever the mask (a varlen call of
-// another head dim is refused with kNotSupported naming cu_seqlens_q, also in a build
-// with the option).
+// in a build with the GPU varlen paths (BuildInfo::gpu_varlen, the FA3_GPU_VARLEN option,
+// on by default) and refuses them otherwise (kNotSupported, naming cu_seqlens_q);
+// fa3::backward likewise, at head dim 128 whatever the mask (a varlen call of another
+// head dim is refused with kNotSupported naming cu_seqlens_q, also in a build with the
+// option).
 //
 // What is checked where: fa3::cpu reads the index tensors and checks every rule on their
 // values (offsets from 0, non-decreasing, within the totals; seqused within each

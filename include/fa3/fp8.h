@@ -49,9 +49,9 @@ int hadamard_size(int head_dim);
 bool hadamard_sign(std::uint64_t seed, int column);
 
 // On the current CUDA device (all pointers device memory), enqueued on `stream`; one
-// kernel launch. On any rejection nothing is written or enqueued. Not yet run on a GPU:
-// tests/gpu/hopper/test_fp8_quantize.cpp checks it against cpu::quantize bit for bit
-// once it does; until then cpu::quantize is the verified version.
+// kernel launch. On any rejection nothing is written or enqueued. Its codes and scales
+// equal cpu::quantize's bit for bit (tests/gpu/hopper/test_fp8_quantize.cpp, run on an
+// H200).
 Status quantize(const QuantizeArgs& args, cudaStream_t stream);
 
 }  // namespace fa3::fp8
