@@ -118,6 +118,22 @@ def sdpa(backend):
     return run
 
 
+def flashattention3(q, k, v, causal, **fp8):
+    """FlashAttention-3's own Hopper kernels through its Python interface
+    (`flash_attn_interface`, built from its public source), where it is installed: the
+    figures of ANCHORS.md, timed in the same process as fa3. 16-bit inputs only (its FP8
+    path takes per-head descales, not fa3's block-scaled codes)."""
+    try:
+        import flash_attn_interface
+    except ImportError:
+        raise NotImplementedError("flash_attn_interface is not installed") from None
+    if q.dtype == torch.float8_e4m3fn:
+        raise NotImplementedError("no block-scaled e4m3 inputs")
+    out = flash_attn_interface.flash_attn_func(q, k, v, causal=causal)
+    # Some releases return (out, lse).
+    return out[0] if isinstance(out, tuple) else out
+
+
 def fp8_gemm_shape(batch, seqlen, nheads, hdim, causal):
     """(M, N, K) of the FP8 GEMM with the FLOPs of a forward call (2 M N K = flops): the
     seqlen x seqlen score block of every head at once, K = 2 hdim heads (halved when
@@ -156,6 +172,8 @@ IMPLS = {
     "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
     "fa2": sdpa(SDPBackend.FLASH_ATTENTION),
     "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
+    # Where installed (--impls ... flashattention3); a peer like cuDNN in the tables.
+    "flashattention3": flashattention3,
     # e4m3 forward points only, added to every such point (impls_for).
     "cublas-fp8": cublas_fp8_matmul(),
 }
@@ -535,7 +553,7 @@ def parse_args(argv=None):
         help="fwd (default) and/or bwd (the backward alone, on a retained graph)",
     )
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16"])
-    parser.add_argument("--impls", nargs="+", choices=DEFAULT_IMPLS, default=DEFAULT_IMPLS)
+    parser.add_argument("--impls", nargs="+", choices=DEFAULT_IMPLS + ["flashattention3"], default=DEFAULT_IMPLS)
     parser.add_argument(
         "--deterministic",
         action="store_true",

@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 IMPL_STYLE = {
     "fa3": ("fa3", "#c0392b"),
     "fa3-deterministic": ("fa3 deterministic", "#e59866"),
+    "flashattention3": ("FlashAttention-3", "#d4ac0d"),
     "cudnn": ("cuDNN (SDPA)", "#2e86c1"),
     "fa2": ("FlashAttention-2 (SDPA)", "#27ae60"),
     "efficient": ("memory-efficient (SDPA)", "#8e7cc3"),

@@ -1,5 +1,6 @@
 """bench/bench_attention.py's host-side pieces: the FP8 GEMM yardstick has the forward
-call's FLOPs, and runs on e4m3 forward points only."""
+call's FLOPs, and runs on e4m3 forward points only; FlashAttention-3's own interface is
+called where installed and recorded as unavailable where not."""
 
 import sys
 from pathlib import Path
@@ -28,3 +29,32 @@ def test_the_gemm_joins_e4m3_forward_points_only():
     assert bench_attention.impls_for("fwd", "e4m3", args) == ["fa3", "cudnn", "cublas-fp8"]
     assert bench_attention.impls_for("fwd", "bf16", args) == ["fa3", "cudnn"]
     assert bench_attention.impls_for("bwd", "bf16", args) == ["fa3", "cudnn", "fa3-deterministic"]
+
+
+def test_flashattention3_calls_its_interface_where_installed(monkeypatch):
+    import torch
+
+    calls = []
+
+    def flash_attn_func(q, k, v, causal=False):
+        calls.append(causal)
+        return q + 1, None  # releases that return (out, lse)
+
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", SimpleNamespace(flash_attn_func=flash_attn_func))
+    q = torch.zeros(1, 4, 2, 8, dtype=torch.bfloat16)
+    out = bench_attention.IMPLS["flashattention3"](q, q, q, True)
+    assert calls == [True]
+    assert torch.equal(out, q + 1)
+    with pytest.raises(NotImplementedError, match="e4m3"):
+        bench_attention.IMPLS["flashattention3"](q.to(torch.float8_e4m3fn), q, q, False)
+
+
+def test_flashattention3_is_unavailable_where_not_installed(monkeypatch):
+    import torch
+
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", None)  # import raises ImportError
+    q = torch.zeros(1, 4, 2, 8, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="not installed"):
+        bench_attention.IMPLS["flashattention3"](q, q, q, False)
+    assert "flashattention3" not in bench_attention.DEFAULT_IMPLS
+    assert bench_attention.parse_args(["--impls", "fa3", "flashattention3"]).impls == ["fa3", "flashattention3"]
