@@ -39,6 +39,11 @@ struct BwdConfig {
   // accumulators in registers (dkv_from_registers). Measured per head dim
   // (docs/perf-log.md): kept where it was faster at every length.
   bool overlap_tile_switch = false;
+  // The consumers' GEMM operands in shared memory sliced by a warp-uniform warpgroup
+  // index (a broadcast): their descriptors are then built in uniform registers, not in
+  // regular ones moved over before every GEMM (R2UR), which frees registers for the
+  // step. Measured per head dim (docs/perf-log.md): kept where it was faster.
+  bool uniform_slices = false;
   bool varlen = false;  // carries the varlen paths (bwd_has_varlen_kernel); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
@@ -73,7 +78,7 @@ struct BwdConfig {
 // 64 KB does not fit).
 constexpr BwdConfig bwd_config(int head_dim) {
   switch (head_dim) {
-    case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, 1, 24, 240};
+    case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, 1, 24, 240, false, true};
     case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240};
     case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240, true};
     case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160};

@@ -231,8 +231,12 @@ struct BwdConsumer {
   StageState<Traits::kQStages> q_state;
   StageState<Traits::kDoStages> do_state;
 
+  // With BwdConfig::uniform_slices the warpgroup index comes from a broadcast, which
+  // tells the compiler that it is warp-uniform.
   __device__ explicit BwdConsumer(int consumer_thread)
-      : tid(consumer_thread), wg(consumer_thread / 128), lane(consumer_thread % 32) {}
+      : tid(consumer_thread),
+        wg(Traits::kUniformSlices ? __shfl_sync(0xffffffffu, consumer_thread / 128, 0) : consumer_thread / 128),
+        lane(consumer_thread % 32) {}
 
   // A fresh dK or dV accumulator: (keys, head dim), or transposed.
   __device__ auto dkv_accumulator() const {
@@ -302,17 +306,22 @@ struct BwdConsumer {
     Tensor sdS = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPdS{});
     Tensor sdSt = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPdSt{});
 
+    // A warpgroup's operands in shared memory are the same for its 128 threads: they
+    // may be sliced by its first thread (BwdConfig::uniform_slices). Fragments of C
+    // are sliced per thread.
+    const int operand_thread = Traits::kUniformSlices ? wg * 128 : tid;
     auto thr_sdp = mma_sdp.get_thread_slice(tid);
-    auto thr_dkv = mma_dkv.get_thread_slice(tid);
-    auto thr_dq = mma_dq.get_thread_slice(tid);
-    Tensor tSrQ = mma_operand<!kSdpSwap>(thr_sdp, sQ);    // (MMA, MMA_*, MMA_K, Q stages)
-    Tensor tSrK = mma_operand<kSdpSwap>(thr_sdp, sK);
-    Tensor tdPrDo = mma_operand<!kSdpSwap>(thr_sdp, sDo);  // (MMA, MMA_*, MMA_K, dO stages)
-    Tensor tdPrV = mma_operand<kSdpSwap>(thr_sdp, sV);
-    Tensor tdVrDot = mma_operand<kDkvSwap>(thr_dkv, sDot);
-    Tensor tdKrQt = mma_operand<kDkvSwap>(thr_dkv, sQt);
-    Tensor tdQrdS = mma_operand<!kDqSwap>(thr_dq, sdS);   // (MMA, MMA_*, MMA_K, dS stages)
-    Tensor tdQrKt = mma_operand<kDqSwap>(thr_dq, sKt);
+    auto op_sdp = mma_sdp.get_thread_slice(operand_thread);
+    auto op_dkv = mma_dkv.get_thread_slice(operand_thread);
+    auto op_dq = mma_dq.get_thread_slice(operand_thread);
+    Tensor tSrQ = mma_operand<!kSdpSwap>(op_sdp, sQ);    // (MMA, MMA_*, MMA_K, Q stages)
+    Tensor tSrK = mma_operand<kSdpSwap>(op_sdp, sK);
+    Tensor tdPrDo = mma_operand<!kSdpSwap>(op_sdp, sDo);  // (MMA, MMA_*, MMA_K, dO stages)
+    Tensor tdPrV = mma_operand<kSdpSwap>(op_sdp, sV);
+    Tensor tdVrDot = mma_operand<kDkvSwap>(op_dkv, sDot);
+    Tensor tdKrQt = mma_operand<kDkvSwap>(op_dkv, sQt);
+    Tensor tdQrdS = mma_operand<!kDqSwap>(op_dq, sdS);   // (MMA, MMA_*, MMA_K, dS stages)
+    Tensor tdQrKt = mma_operand<kDqSwap>(op_dq, sKt);
 
     using SdpShape = std::conditional_t<kSdpSwap, Shape<BN, BM>, Shape<BM, BN>>;
     Tensor tSrS = partition_fragment_C(mma_sdp, SdpShape{});
@@ -422,7 +431,7 @@ struct BwdConsumer {
       Tensor tdVrPt = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
       gemm_async<false>(mma_dkv, tdVrPt, tdVrDot(_, _, _, do_stage), tdVrdV);
     } else {
-      Tensor tdVrPt = mma_operand<!kDkvSwap>(thr_dkv, sPt);
+      Tensor tdVrPt = mma_operand<!kDkvSwap>(op_dkv, sPt);
       gemm_ab<kDkvSwap, false>(mma_dkv, tdVrPt(_, _, _, ds_stage), tdVrDot(_, _, _, do_stage), tdVrdV);
     }
     // Every warpgroup's dS is in shared memory before any reads it for dQ.
@@ -450,7 +459,7 @@ struct BwdConsumer {
       Tensor tdKrdSt = make_tensor(rdS.data(), acc_as_a_layout(tdPrdP.layout()));
       gemm_async<false>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, q_stage), tdKrdK);
     } else {
-      Tensor tdKrdSt = mma_operand<!kDkvSwap>(thr_dkv, sdSt);
+      Tensor tdKrdSt = mma_operand<!kDkvSwap>(op_dkv, sdSt);
       gemm_ab<kDkvSwap, false>(mma_dkv, tdKrdSt(_, _, _, ds_stage), tdKrQt(_, _, _, q_stage), tdKrdK);
     }
     warpgroup_wait<1>();  // dQ's first slice is complete

@@ -38,6 +38,7 @@ struct BwdTraits {
   static constexpr bool kPInDqStaging = kCfg.p_in_dq_staging();
   static constexpr bool kVarlen = kCfg.varlen;
   static constexpr bool kOverlapTileSwitch = kCfg.overlap_tile_switch;
+  static constexpr bool kUniformSlices = kCfg.uniform_slices;
   static_assert(!kOverlapTileSwitch || kDkvRS, "an overlapped tile switch stores dK/dV from whole key rows");
   static_assert(!kPInDqStaging || (!kDkvRS && kDsStages == 1), "P in dQ's staging buffer: one P buffer");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
