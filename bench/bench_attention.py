@@ -120,7 +120,8 @@ def sdpa(backend):
 
 def flashattention3(q, k, v, causal, **fp8):
     """FlashAttention-3's own Hopper kernels through its Python interface
-    (`flash_attn_interface`, built from its public source), where it is installed: the
+    (`flash_attn_interface`, built from its public source, e.g. by
+    bench/build_flashattention3.py), where it is installed: the
     figures of ANCHORS.md, timed in the same process as fa3. 16-bit inputs only (its FP8
     path takes per-head descales, not fa3's block-scaled codes)."""
     try:

@@ -1,0 +1,84 @@
+"""bench/build_flashattention3.py's host-side pieces: which switches and units a build of
+some head dims gets, the config module its interface reads, and the MHA-only rewrite of
+the backward dispatch's switches (on stand-in source text)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import build_flashattention3 as build  # noqa: E402
+
+
+def test_only_unasked_head_dims_are_disabled():
+    macros = build.disabled_macros([64, 256])
+    assert "FLASHATTENTION_DISABLE_HDIM128" in macros
+    assert "FLASHATTENTION_DISABLE_HDIM96" in macros and "FLASHATTENTION_DISABLE_HDIM192" in macros
+    assert "FLASHATTENTION_DISABLE_HDIM64" not in macros and "FLASHATTENTION_DISABLE_HDIM256" not in macros
+    # The backward itself is never switched off: it is what the sweep compares.
+    assert "FLASHATTENTION_DISABLE_BACKWARD" not in macros
+    assert "FLASHATTENTION_DISABLE_FP8" in macros and "FLASHATTENTION_DISABLE_VARLEN" in macros
+
+
+def test_config_module_matches_the_macros():
+    namespace = {}
+    exec(build.config_module([128]), namespace)
+    flags = namespace["CONFIG"]["build_flags"]
+    assert flags["FLASHATTENTION_DISABLE_HDIM128"] is False
+    assert flags["FLASHATTENTION_DISABLE_HDIM64"] is True
+    assert flags["FLASHATTENTION_DISABLE_BACKWARD"] is False
+    assert flags["FLASHATTENTION_DISABLE_FP16"] is True
+    assert set(flags) >= {f"FLASHATTENTION_DISABLE_{name}" for name in build.CONFIG_SWITCHES}
+
+
+def test_sources_are_one_forward_and_one_backward_unit_per_head_dim(tmp_path):
+    units = [p.relative_to(tmp_path).as_posix() for p in build.sources(tmp_path, [64, 256])]
+    assert units == [
+        "flash_api_stable.cpp",
+        "flash_prepare_scheduler.cu",
+        "instantiations/flash_fwd_hdim64_bf16_sm90.cu",
+        "instantiations/flash_bwd_hdim64_bf16_sm90.cu",
+        "instantiations/flash_fwd_hdim256_bf16_sm90.cu",
+        "instantiations/flash_bwd_hdim256_bf16_sm90.cu",
+    ]
+
+
+STAND_IN = """#pragma once
+void dispatch(Params &params) {
+    BOOL_SWITCH(params.h != params.h_k, GQA, [&] {
+        BOOL_SWITCH(params.deterministic, Det_, [&] {
+            run<GQA, Det_>(params);
+        });
+    });
+    BOOL_SWITCH(params.is_causal, Causal, [&] { other<Causal>(params); });
+}
+"""
+
+
+def test_mha_only_fixes_both_switches_and_leaves_the_others():
+    text, count = build.mha_only(STAND_IN)
+    assert count == 2
+    assert text.startswith("#define YARDSTICK_FALSE_SWITCH")
+    assert "YARDSTICK_FALSE_SWITCH(GQA, [&] {" in text
+    assert "YARDSTICK_FALSE_SWITCH(Det_, [&] {" in text
+    assert "BOOL_SWITCH(params.is_causal, Causal," in text
+    # Only opening tokens change: every brace and parenthesis of the source stays.
+    for ch in "{}()":
+        assert text.count(ch) - build.FALSE_SWITCH.count(ch) == STAND_IN.count(ch)
+
+
+def test_mha_only_leaves_a_source_without_the_switches_alone():
+    text, count = build.mha_only("int main() { return 0; }\n")
+    assert count == 0
+    assert text == "int main() { return 0; }\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--source", "/nonexistent", "--cutlass", "/nonexistent", "--out", "/tmp/x"], "--source"),
+])
+def test_bad_paths_are_named(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        build.parse_args(argv)
+    assert message in capsys.readouterr().err
