@@ -2,7 +2,9 @@
 """Summarizes an Nsight Compute per-instruction CSV (--page source --print-source sass).
 
 Prints the instructions with the most warp-stall samples, with their share of all
-samples and their largest stall reasons, then the total per stall reason. Column names
+samples and their largest stall reasons, then the total per stall reason, and for the
+largest reasons the opcodes their samples sit on (MUFU, SHFL, HGMMA ...): two kernels'
+profiles side by side (fa3 and FlashAttention-3, say) differ there first. Column names
 differ between Nsight Compute versions, so columns are found by what their names
 contain; when a needed column is missing the header is printed instead.
 """
@@ -15,6 +17,34 @@ def number(text):
         return float(text.replace(",", ""))
     except (AttributeError, ValueError):
         return 0.0
+
+
+def opcode(sass):
+    """An instruction's opcode without its predicate and modifiers:
+    "@!P0 MUFU.EX2 R1, R2" -> "MUFU"."""
+    words = sass.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def by_opcode(header, body, source, reasons, top_reasons=5, top_opcodes=6):
+    """[(reason, samples, [(opcode, samples), ...])] for the reasons with the most
+    samples, each with its opcodes in order. Reasons are the all-samples columns (the
+    "(Not Issued)" ones are their subsets)."""
+    table = []
+    for i in reasons:
+        if "not issued" in header[i].lower():
+            continue
+        per_op = {}
+        for r in body:
+            if len(r) > max(i, source):
+                op = opcode(r[source])
+                per_op[op] = per_op.get(op, 0.0) + number(r[i])
+        ranked = sorted(((n, op) for op, n in per_op.items() if n > 0), reverse=True)[:top_opcodes]
+        table.append((header[i], sum(per_op.values()), [(op, n) for n, op in ranked]))
+    table.sort(key=lambda t: -t[1])
+    return table[:top_reasons]
 
 
 def main(path, top=40):
@@ -50,6 +80,9 @@ def main(path, top=40):
         for n, name in sums:
             if n > 0:
                 print(f"{100.0 * n / all_samples:5.1f}%  {name}")
+        print("\nlargest stall reasons by opcode (samples):")
+        for name, n, ops in by_opcode(header, body, source, reasons):
+            print(f"{name} {int(n)}: " + ", ".join(f"{op} {int(k)}" for op, k in ops))
     return 0
 
 

@@ -1,0 +1,37 @@
+"""bench/profile_call.py's host-side pieces: the sweep's shape for a point, its options,
+and a clear exit without a GPU."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import profile_call  # noqa: E402
+
+
+@pytest.mark.parametrize("seqlen, hdim, expected", [
+    (16384, 64, (1, 16384, 32, 64)),
+    (512, 128, (32, 512, 16, 128)),
+    (4096, 96, (4, 4096, 21, 96)),
+    (32768, 256, (1, 32768, 8, 256)),
+])
+def test_shape_is_the_sweeps(seqlen, hdim, expected):
+    assert profile_call.shape(seqlen, hdim) == expected
+
+
+def test_defaults_and_choices():
+    args = profile_call.parse_args(["--impl", "flashattention3", "--causal", "--hdim", "64"])
+    assert (args.impl, args.pass_, args.hdim, args.seqlen, args.causal) == ("flashattention3", "bwd", 64, 16384, True)
+    with pytest.raises(SystemExit):
+        profile_call.parse_args(["--impl", "cublas-fp8"])
+    with pytest.raises(SystemExit):
+        profile_call.parse_args(["--hdim", "0"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the exit without a GPU")
+def test_exits_clearly_without_a_gpu():
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        profile_call.main(["--pass", "fwd"])
