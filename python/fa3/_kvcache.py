@@ -10,6 +10,7 @@ import torch
 from . import _C
 from ._handoff import call
 from ._torch_ops import _placement
+from ._workspace import cached_workspace
 
 _GPU_LATER = "is not implemented on the GPU yet; it runs on CPU tensors"
 # Whether this build runs KV-cache calls on the GPU (FA3_GPU_KVCACHE).
@@ -63,36 +64,13 @@ def run_kvcache(q, k_cache, v_cache, cache_seqlens, optional, options, return_so
 
 
 def _workspace(q, k_cache, v_cache, cache_seqlens, out, lse, optional, options):
-    """The GPU call's scratch memory (q's rotated copy, the splits' partial results),
-    from torch's allocator on q's device, 256-byte aligned as every fresh block of it is
-    (see _torch_ops._backward_workspace); None for CPU tensors or a call that needs none."""
+    """The GPU call's scratch memory (q's rotated copy, the splits' partial results);
+    None for CPU tensors or a call that needs none."""
     if q.device.type != "cuda":
         return None
-    key = _workspace_key(q, k_cache, v_cache, cache_seqlens, optional, options)
-    nbytes = _workspace_bytes.get(key)
-    if nbytes is None:
-        nbytes = call(_C.kvcache_workspace_size, q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options)
-        if len(_workspace_bytes) >= _WORKSPACE_KEYS:
-            _workspace_bytes.clear()
-        _workspace_bytes[key] = nbytes
-    return torch.empty(nbytes, dtype=torch.uint8, device=q.device) if nbytes > 0 else None
-
-
-# Workspace sizes by call signature. A decode step repeats its shapes call after call,
-# and asking the extension costs as much host time as a small step's kernels take
-# (about 25 us: the arguments' conversion and validation); the size follows from shapes,
-# dtypes, options and the device alone, never from the data. The call itself still
-# validates every argument.
-_workspace_bytes = {}
-_WORKSPACE_KEYS = 1024
-
-
-def _workspace_key(q, k_cache, v_cache, cache_seqlens, optional, options):
-    def signature(t):
-        return None if t is None else (tuple(t.shape), t.dtype)
-
-    tensors = (q, k_cache, v_cache, cache_seqlens, *optional.values())
-    return (q.device.index, *(signature(t) for t in tensors), *options.values())
+    return cached_workspace(
+        _C.kvcache_workspace_size, q.device, q, k_cache, v_cache, cache_seqlens, out, lse, **optional, **options
+    )
 
 
 def combine(out_partial, lse_partial, out, out_dtype):

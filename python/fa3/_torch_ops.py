@@ -18,6 +18,7 @@ from torch import Tensor
 
 from . import _C
 from ._handoff import call
+from ._workspace import cached_workspace
 
 
 def _out_dtype(dtype):
@@ -66,8 +67,7 @@ def _forward_workspace(q, k, v, out, lse, options):
     is only asked where the answer can be other than 0."""
     if q.device.type != "cuda" or q.dtype != torch.float8_e4m3fn:
         return None
-    nbytes = call(_C.forward_workspace_size, q, k, v, out, lse, **options)
-    return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    return cached_workspace(_C.forward_workspace_size, q.device, q, k, v, out, lse, **options)
 
 
 def _placement(t):
@@ -168,7 +168,6 @@ def _backward_workspace(tensors, options):
     q = tensors[1]
     if q.device.type != "cuda":
         return None
-    nbytes = call(_C.backward_workspace_size, *tensors, **options)
     # The kernels need it 256-byte aligned. torch's CUDA caching allocator rounds every
     # block up to a multiple of 512 bytes and carves blocks out of segments that CUDA
     # aligns to at least 256 bytes, at offsets that are sums of block sizes, so a fresh
@@ -177,7 +176,7 @@ def _backward_workspace(tensors, options):
     # The tensor goes back to the allocator when the op returns, while the kernels may
     # still be running: the allocator hands the block out again only to work on the
     # same stream, the current one the kernels run on, so that work starts after them.
-    return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    return cached_workspace(_C.backward_workspace_size, q.device, *tensors, **options)
 
 
 @attention_backward.register_fake
@@ -197,17 +196,46 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _attention_forward_grad(ctx, dout, _dlse):
+def _gradients(ctx, dout, run_backward):
+    """The autograd formula's result, by `run_backward` (fa3::bwd or the extension
+    directly): gradients of q, k, v and sinks, None for every option."""
     q, k, v, sinks, out, lse = ctx.saved_tensors
     # A gradient arriving through a transpose or expand may have any strides;
     # the kernels read headdim contiguously.
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    dq, dk, dv, dsinks = attention_backward(dout, q, k, v, out, lse, sinks, *ctx.options)
+    dq, dk, dv, dsinks = run_backward(dout, q, k, v, out, lse, sinks, *ctx.options)
     return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * len(ctx.options)
 
 
+def _attention_forward_grad(ctx, dout, _dlse):
+    return _gradients(ctx, dout, attention_backward)
+
+
 attention_forward.register_autograd(_attention_forward_grad, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """fa3::fwd with its autograd formula, without the ops' dispatch: for eager calls
+    that need autograd and nothing else the op provides (_eager_forward). The custom
+    ops' dispatch with autograd cost host time that a small training step pays on
+    every layer, more than its kernels take at short sequences: on the H200 machine a
+    flash_attn_func call on inputs that require grad took 190 us of host time through
+    the op and 63 us this way, forward and backward 980 and 620 us (docs/perf-log.md).
+    Same extension calls, same results; the backward is not differentiable again, as
+    fa3::bwd is not."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, *options):
+        softmax_scale, causal, window_left, window_right, softcap, _deterministic, attention_chunk = options
+        output = _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
+        _setup_context(ctx, (q, k, v, sinks, *options), output)
+        return output
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, _dlse):
+        return _gradients(ctx, dout, _run_backward)
 
 
 # What the custom op's dispatch is for, asked of torch on every call: a torch.compile
@@ -224,35 +252,41 @@ _MODE_PROBES = (
 _FAST_PATH = all(probe is not None for probe in _MODE_PROBES)
 
 
-def _direct_call_allowed(q, k, v, sinks):
-    """Whether flash_attn_func may run the extension directly instead of through the
-    fa3::fwd custom op. The op's dispatch costs about 25 us a call in eager mode
-    (measured on an H200 machine) and buys autograd, torch.compile tracing and
-    visibility to torch's modes, tensor subclasses and profiler; an eager call on
-    plain CPU or CUDA tensors that needs none of them gets the same result without it."""
+def _eager_forward(q, k, v, sinks):
+    """How flash_attn_func may run the extension without the fa3::fwd custom op: a
+    function of the op's arguments, or None where only the op will do. The op's
+    dispatch costs about 25 us a call in eager mode (measured on an H200 machine), more
+    with autograd, and buys autograd, torch.compile tracing and visibility to torch's
+    modes, tensor subclasses and profiler. An eager call on plain CPU or CUDA tensors
+    that needs none of them runs the extension directly (_run_forward); one that needs
+    autograd alone, the same forward and backward as an autograd.Function."""
     if not _FAST_PATH or torch.compiler.is_compiling():
-        return False
-    if torch.is_grad_enabled() and (
-        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)
-    ):
-        return False
+        return None
     # Exactly torch.Tensor: no subclass (FakeTensor included). flash_attn_func has
     # checked that q, k, v and sinks share a device, CUDA, CPU or meta.
     if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
-        return False
+        return None
     if sinks is not None and type(sinks) is not torch.Tensor:
-        return False
+        return None
     if q.device.type == "meta":
-        return False
+        return None
     function_modes, dispatch_modes, functorch_stack, profiling = _MODE_PROBES
-    return not (function_modes() or dispatch_modes() or functorch_stack() is not None or profiling())
+    if function_modes() or dispatch_modes() or functorch_stack() is not None or profiling():
+        return None
+    if torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)
+    ):
+        return _EagerAttention.apply
+    return _direct_forward
+
+
+def _direct_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, _deterministic,
+                    attention_chunk):
+    return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
 
 
 def forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk):
-    """fa3::fwd's (out, lse): directly when _direct_call_allowed, else through the op.
-    The arguments are flash_attn_func's, already checked (_checks)."""
-    if _direct_call_allowed(q, k, v, sinks):
-        return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
-    return attention_forward(
-        q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk
-    )
+    """fa3::fwd's (out, lse), through the op or without it (_eager_forward). The
+    arguments are flash_attn_func's, already checked (_checks)."""
+    run = _eager_forward(q, k, v, sinks) or attention_forward
+    return run(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk)

@@ -1,7 +1,8 @@
-"""flash_attn_func's two ways to the extension: straight to it for eager calls on plain
-tensors that need no autograd, and through the fa3::fwd custom op for everything that
-relies on the op (autograd, torch.compile, torch modes, tensor subclasses, the
-profiler). Both give identical results, and whatever watches for the op still sees it.
+"""flash_attn_func's ways to the extension: straight to it for eager calls on plain
+tensors that need no autograd, by an autograd.Function for eager calls that need
+autograd alone, and through the fa3::fwd custom op for everything else that relies on
+the op (torch.compile, torch modes, tensor subclasses, the profiler). All give
+identical results and gradients, and whatever watches for the op still sees it.
 
 CPU tensors, so it runs anywhere with PyTorch.
 """
@@ -67,24 +68,69 @@ def test_inputs_requiring_grad_without_autograd_skip_the_op(op_calls, context):
     assert torch.equal(out, through_op(q, k, v))
 
 
-def test_autograd_takes_the_op(op_calls):
+def op_gradients(q, k, v, dout, sinks=None):
+    """flash_attn_func(q, k, v, causal=True, sinks=sinks)'s output and gradients
+    through the op and its autograd formula."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    if sinks is not None:
+        leaves.append(sinks.detach().clone().requires_grad_())
+    out = torch.ops.fa3.fwd(*leaves[:3], leaves[3] if sinks is not None else None, 0.0, True, -1, 0, 0.0, False)[0]
+    return out, torch.autograd.grad(out, leaves, dout)
+
+
+def test_autograd_skips_the_op_with_the_same_gradients(op_calls):
     q, k, v = make_qkv(requires_grad=True)
     out = fa3.flash_attn_func(q, k, v, causal=True)
-    assert len(op_calls) == 1
-    out.float().sum().backward()
-    assert all(t.grad is not None and t.grad.shape == t.shape for t in (q, k, v))
-    assert torch.equal(out.detach(), through_op(q, k, v))
+    assert op_calls == []
+    assert out.requires_grad
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(out.dtype)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    out_op, grads_op = op_gradients(q, k, v, dout)
+    assert torch.equal(out.detach(), out_op.detach())
+    for got, want, t in zip(grads, grads_op, (q, k, v)):
+        assert got.shape == t.shape and torch.equal(got, want)
 
 
-def test_sinks_take_the_op_when_they_require_grad(op_calls):
+def test_sinks_requiring_grad_get_the_same_gradient_without_the_op(op_calls):
     q, k, v = make_qkv()
     sinks = torch.randn(4, generator=torch.Generator().manual_seed(6))
     out = fa3.flash_attn_func(q, k, v, causal=True, sinks=sinks)
-    assert op_calls == []
     sinks.requires_grad_()
-    assert torch.equal(fa3.flash_attn_func(q, k, v, causal=True, sinks=sinks), out)
+    out_grad = fa3.flash_attn_func(q, k, v, causal=True, sinks=sinks)
+    assert op_calls == []
+    assert torch.equal(out_grad.detach(), out)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(8)).to(out.dtype)
+    (dsinks,) = torch.autograd.grad(out_grad, (sinks,), dout)
+    _, grads_op = op_gradients(q, k, v, dout, sinks)
+    assert torch.equal(dsinks, grads_op[3])
+
+
+def test_gradient_of_a_noncontiguous_dout(op_calls):
+    q, k, v = make_qkv(requires_grad=True)
+    out = fa3.flash_attn_func(q, k, v, causal=True)
+    dout_t = torch.randn(out.shape[::-1], generator=torch.Generator().manual_seed(9)).to(out.dtype)
+    dout = dout_t.permute(3, 2, 1, 0)  # the head dim is not contiguous
+    assert dout.stride(-1) != 1
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    _, grads_op = op_gradients(q, k, v, dout.contiguous())
+    assert all(torch.equal(got, want) for got, want in zip(grads, grads_op))
+
+
+def test_no_second_derivative_either_way():
+    q, k, v = make_qkv(requires_grad=True)
+    for out in (fa3.flash_attn_func(q, k, v, causal=True), torch.ops.fa3.fwd(q, k, v, None, 0.0, True, -1, 0, 0.0, False)[0]):
+        (dq,) = torch.autograd.grad(out.float().sum(), (q,), create_graph=True)
+        with pytest.raises(RuntimeError):
+            dq.float().sum().backward()
+
+
+def test_autograd_under_a_mode_takes_the_op(op_calls):
+    q, k, v = make_qkv(requires_grad=True)
+    with OpRecorder() as recorder:
+        out = fa3.flash_attn_func(q, k, v, causal=True)
+        out.float().sum().backward()
     assert len(op_calls) == 1
-    assert torch.equal(out, torch.ops.fa3.fwd(q, k, v, sinks.detach(), 0.0, True, -1, 0, 0.0, False)[0])
+    assert "fa3.fwd.default" in recorder.ops and "fa3.bwd.default" in recorder.ops
 
 
 def test_dispatch_mode_sees_the_op(op_calls):
