@@ -81,10 +81,10 @@ constexpr BwdConfig bwd_config(int head_dim) {
     case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, 1, 24, 240, false, true};
     case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240};
     case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240, true};
-    case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160};
+    case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160, false, true};
     // dK and dV hold 160 registers per thread here; dQ's 64 more spilled 500 bytes, so
     // dQ goes in two halves of the head dim, 32 registers each.
-    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240};
+    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240, false, true};
   }
 }
 
