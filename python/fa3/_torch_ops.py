@@ -217,7 +217,7 @@ attention_forward.register_autograd(_attention_forward_grad, setup_context=_setu
 
 class _EagerAttention(torch.autograd.Function):
     """fa3::fwd with its autograd formula, without the ops' dispatch: for eager calls
-    that need autograd and nothing else the op provides (_eager_forward). The custom
+    that need autograd and nothing else the op provides (eager_way). The custom
     ops' dispatch with autograd cost host time that a small training step pays on
     every layer, more than its kernels take at short sequences: on the H200 machine a
     flash_attn_func call on inputs that require grad took 190 us of host time through
@@ -252,17 +252,17 @@ _MODE_PROBES = (
 _FAST_PATH = all(probe is not None for probe in _MODE_PROBES)
 
 
-def _eager_forward(q, k, v, sinks):
-    """How flash_attn_func may run the extension without the fa3::fwd custom op: a
-    function of the op's arguments, or None where only the op will do. The op's
+def eager_way(q, k, v, sinks, direct, autograd):
+    """How an eager call may run the extension without its custom op: `direct` (a
+    function of the op's arguments that runs the extension), `autograd` (the same as
+    an autograd.Function's apply), or None where only the op will do. The op's
     dispatch costs about 25 us a call in eager mode (measured on an H200 machine), more
     with autograd, and buys autograd, torch.compile tracing and visibility to torch's
     modes, tensor subclasses and profiler. An eager call on plain CPU or CUDA tensors
-    that needs none of them runs the extension directly (_run_forward); one that needs
-    autograd alone, the same forward and backward as an autograd.Function."""
+    that needs none of them runs `direct`; one that needs autograd alone, `autograd`."""
     if not _FAST_PATH or torch.compiler.is_compiling():
         return None
-    # Exactly torch.Tensor: no subclass (FakeTensor included). flash_attn_func has
+    # Exactly torch.Tensor: no subclass (FakeTensor included). The interface has
     # checked that q, k, v and sinks share a device, CUDA, CPU or meta.
     if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
         return None
@@ -276,8 +276,8 @@ def _eager_forward(q, k, v, sinks):
     if torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)
     ):
-        return _EagerAttention.apply
-    return _direct_forward
+        return autograd
+    return direct
 
 
 def _direct_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, _deterministic,
@@ -286,7 +286,7 @@ def _direct_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_r
 
 
 def forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk):
-    """fa3::fwd's (out, lse), through the op or without it (_eager_forward). The
-    arguments are flash_attn_func's, already checked (_checks)."""
-    run = _eager_forward(q, k, v, sinks) or attention_forward
+    """fa3::fwd's (out, lse), through the op or without it (eager_way). The arguments
+    are flash_attn_func's, already checked (_checks)."""
+    run = eager_way(q, k, v, sinks, _direct_forward, _EagerAttention.apply) or attention_forward
     return run(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk)

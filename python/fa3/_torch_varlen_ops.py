@@ -7,7 +7,8 @@ seqused_q / seqused_k (int32, batch) say which rows form each sequence. The CPU 
 runs both; on CUDA tensors both run on the GPU kernels where the build has them switched
 on (FA3_GPU_VARLEN; the backward at head dim 128), and the extension refuses them
 otherwise. The fake implementations give
-shapes anywhere, so that flash_attn_varlen_func traces under torch.compile.
+shapes anywhere, so that flash_attn_varlen_func traces under torch.compile. Eager calls
+skip the ops' dispatch as fixed-length ones do (forward(), _torch_ops.eager_way).
 """
 
 from typing import Optional
@@ -15,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._torch_ops import _dsinks_like, _out_dtype, _run_backward, _run_forward
+from ._torch_ops import _dsinks_like, _out_dtype, _run_backward, _run_forward, eager_way
 
 
 def _varlen_outputs(q, v):
@@ -59,6 +60,17 @@ def varlen_forward(
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse) of a varlen call; `deterministic` is the backward's setting,
     carried here so that autograd can see it."""
+    return _direct_forward(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale,
+        causal, window_left, window_right, softcap, deterministic, attention_chunk,
+    )
+
+
+def _direct_forward(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale, causal,
+    window_left, window_right, softcap, _deterministic, attention_chunk,
+):
+    """fa3::varlen_fwd's work, the extension called directly."""
     return _run_forward(
         q,
         k,
@@ -105,6 +117,17 @@ def varlen_backward(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv, dsinks) in q's, k's and v's packed shapes; dsinks is empty
     (0 elements) when sinks is None. Rows of no sequence get zero gradients."""
+    return _direct_backward(
+        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks,
+        softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk,
+    )
+
+
+def _direct_backward(
+    dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks,
+    softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk,
+):
+    """fa3::varlen_bwd's work, the extension called directly."""
     return _run_backward(
         dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
         attention_chunk,
@@ -127,15 +150,50 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse)
 
 
-def _varlen_forward_grad(ctx, dout, _dlse):
+def _gradients(ctx, dout, run_backward):
+    """The autograd formula's result, by `run_backward` (fa3::varlen_bwd or the
+    extension directly)."""
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, sinks, out, lse = ctx.saved_tensors
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    dq, dk, dv, dsinks = varlen_backward(
+    dq, dk, dv, dsinks = run_backward(
         dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, *ctx.bounds, sinks, *ctx.options
     )
     # No gradient for the index tensors, the bounds or the options.
     return (dq, dk, dv) + (None,) * 6 + (dsinks if sinks is not None else None,) + (None,) * len(ctx.options)
 
 
+def _varlen_forward_grad(ctx, dout, _dlse):
+    return _gradients(ctx, dout, varlen_backward)
+
+
 varlen_forward.register_autograd(_varlen_forward_grad, setup_context=_setup_context)
+
+
+class _EagerVarlenAttention(torch.autograd.Function):
+    """fa3::varlen_fwd with its autograd formula, without the ops' dispatch, for eager
+    calls that need autograd alone (_torch_ops._EagerAttention says why)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _direct_forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, _dlse):
+        return _gradients(ctx, dout, _direct_backward)
+
+
+def forward(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale, causal,
+    window_left, window_right, softcap, deterministic, attention_chunk,
+):
+    """fa3::varlen_fwd's (out, lse), through the op or without it (eager_way). The
+    arguments are flash_attn_varlen_func's, already checked (_checks)."""
+    run = eager_way(q, k, v, sinks, _direct_forward, _EagerVarlenAttention.apply) or varlen_forward
+    return run(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale,
+        causal, window_left, window_right, softcap, deterministic, attention_chunk,
+    )

@@ -266,7 +266,7 @@ def flash_attn_varlen_func(
     max_k = _checks.max_seqlen_arg("max_seqlen_k", max_seqlen_k)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, max_q, max_k)
-    out, softmax_lse = _torch_varlen_ops.varlen_forward(
+    out, softmax_lse = _torch_varlen_ops.forward(
         q,
         k,
         v,

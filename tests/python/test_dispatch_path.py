@@ -163,3 +163,65 @@ def test_compiled_graph_holds_the_op():
     out = compiled(q, k, v)
     assert any("fa3.fwd" in str(node.target) for gm in graphs for node in gm.graph.nodes)
     assert torch.equal(out, through_op(q, k, v))
+
+
+# flash_attn_varlen_func takes the same ways (fa3::varlen_fwd and fa3::varlen_bwd).
+def make_varlen(requires_grad=False):
+    gen = torch.Generator().manual_seed(11)
+    cu_q = torch.tensor([0, 7, 19], dtype=torch.int32)
+    cu_k = torch.tensor([0, 9, 23], dtype=torch.int32)
+    shapes = [(19, 4, 64), (23, 2, 64), (23, 2, 64)]
+    q, k, v = (torch.randn(s, generator=gen).to(torch.bfloat16).requires_grad_(requires_grad) for s in shapes)
+    return q, k, v, cu_q, cu_k
+
+
+def varlen_call(q, k, v, cu_q, cu_k):
+    return fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 12, 14, causal=True)
+
+
+def varlen_through_op(q, k, v, cu_q, cu_k, dout=None):
+    leaves = [t.detach().clone().requires_grad_(dout is not None) for t in (q, k, v)]
+    out = torch.ops.fa3.varlen_fwd(*leaves, cu_q, cu_k, None, None, 12, 14, None, 0.0, True, -1, 0, 0.0, False, 0)[0]
+    return out, (torch.autograd.grad(out, leaves, dout) if dout is not None else None)
+
+
+@pytest.fixture
+def varlen_op_calls(monkeypatch):
+    from fa3 import _torch_varlen_ops
+
+    calls = []
+    op = _torch_varlen_ops.varlen_forward
+
+    def counted(*args):
+        calls.append(args)
+        return op(*args)
+
+    monkeypatch.setattr(_torch_varlen_ops, "varlen_forward", counted)
+    return calls
+
+
+def test_varlen_eager_call_skips_the_op(varlen_op_calls):
+    q, k, v, cu_q, cu_k = make_varlen()
+    out = varlen_call(q, k, v, cu_q, cu_k)
+    assert varlen_op_calls == []
+    assert torch.equal(out, varlen_through_op(q, k, v, cu_q, cu_k)[0])
+
+
+def test_varlen_autograd_skips_the_op_with_the_same_gradients(varlen_op_calls):
+    q, k, v, cu_q, cu_k = make_varlen(requires_grad=True)
+    out = varlen_call(q, k, v, cu_q, cu_k)
+    assert varlen_op_calls == []
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(12)).to(out.dtype)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    out_op, grads_op = varlen_through_op(q, k, v, cu_q, cu_k, dout)
+    assert torch.equal(out.detach(), out_op.detach())
+    for got, want, t in zip(grads, grads_op, (q, k, v)):
+        assert got.shape == t.shape and torch.equal(got, want)
+
+
+def test_varlen_under_a_mode_takes_the_op(varlen_op_calls):
+    q, k, v, cu_q, cu_k = make_varlen(requires_grad=True)
+    with OpRecorder() as recorder:
+        varlen_call(q, k, v, cu_q, cu_k).float().sum().backward()
+    assert len(varlen_op_calls) == 1
+    assert "fa3.varlen_fwd.default" in recorder.ops and "fa3.varlen_bwd.default" in recorder.ops
