@@ -6,13 +6,17 @@ causal and not, seqlen 512 .. 16384; head dims 64/128/256 for the forward and
 64/96/128/192/256 for the backward. For every point it first checks fa3's result
 against cuDNN's (or an fp32 reference where cuDNN cannot run), then times each
 implementation: median of triton.testing.do_bench, or of CUDA-event timings without
-triton; L2 is flushed before each timed call.
+triton; L2 is flushed before each timed call. With --rounds N every implementation is
+timed N times per point, each round starting one implementation later, and the record
+holds the median: under the GPU's power cap a call's clocks depend on what ran before
+it, which a single pass in a fixed order turns into a bias of several percent.
 
     python bench/bench_attention.py                       # the full forward sweep
     python bench/bench_attention.py --passes bwd          # the backward sweep
     python bench/bench_attention.py --passes bwd --deterministic   # adds fa3's deterministic backward
     python bench/bench_attention.py --quick               # a few points, for a smoke test
     python bench/bench_attention.py --hdims 128 --seqlens 1024 8192 --causal yes
+    python bench/bench_attention.py --passes bwd --impls fa3 flashattention3 cudnn --rounds 3
     python bench/bench_attention.py --dtypes e4m3 --hdims 128   # FP8 forward (FA3_GPU_FP8 build)
 
 e4m3 records (forward only): the inputs are drawn in bf16 and quantized by
@@ -52,6 +56,7 @@ import functools
 import json
 import math
 import re
+import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -285,15 +290,36 @@ def extra_memory_bytes(backward):
     return peak - before - sum(g.numel() * g.element_size() for g in grads)
 
 
-def time_point(impl, pass_, q, k, v, causal, dout, rep_ms, **fp8):
-    """(milliseconds for one pass of `impl`, extra fields for its record)."""
+def timed_call(impl, pass_, q, k, v, causal, dout, **fp8):
+    """(the call that times one pass of `impl`, extra fields for its record), after one
+    untimed run (Unavailable where the implementation cannot run the point)."""
     if pass_ == "fwd":
         attempt(impl, q, k, v, causal, **fp8)
-        return median_ms(lambda: IMPLS[impl](q, k, v, causal, **fp8), rep_ms), {}
+        return (lambda: IMPLS[impl](q, k, v, causal, **fp8)), {}
     backward = backward_fn(impl, q, k, v, causal, dout)
     guarded(backward)  # a backend may accept the forward and refuse the backward
-    extra = {"bwd_extra_bytes": extra_memory_bytes(backward)}
-    return median_ms(backward, rep_ms), extra
+    return backward, {"bwd_extra_bytes": extra_memory_bytes(backward)}
+
+
+def round_order(impls, round_index):
+    """The order in which round `round_index` times the implementations: each round
+    starts one later, so that none is always the first timed after the point's setup,
+    nor always timed right after the same neighbour (the GPU's clocks under its power
+    cap depend on what ran just before)."""
+    shift = round_index % len(impls) if impls else 0
+    return impls[shift:] + impls[:shift]
+
+
+def time_in_rounds(calls, rounds, rep_ms, timer=None):
+    """{impl: [ms of each round]} for the calls {impl: call}, `rounds` rounds in
+    round_order, each measurement a median_ms (or `timer`)."""
+    timer = timer or median_ms
+    impls = list(calls)
+    times = {impl: [] for impl in impls}
+    for r in range(rounds):
+        for impl in round_order(impls, r):
+            times[impl].append(timer(calls[impl], rep_ms))
+    return times
 
 
 # ---- correctness check ----
@@ -448,20 +474,27 @@ def run_sweep(args, gpu):
             get_reference = functools.cache(lambda: ((fp32_reference(*dequantized, causal),), "fp32"))
         else:
             get_reference = functools.cache(functools.partial(reference, pass_, q, k, v, causal, dout))
+        point_records, calls = {}, {}
         for impl in impls_for(pass_, dtype, args):
-            record = dict(base, impl=impl, tflops=None)
+            record = point_records[impl] = dict(base, impl=impl, tflops=None)
             try:
                 if fp8 and pass_ == "bwd":
                     raise Unavailable("e4m3: forward only")
                 checked = {}
                 if impl.startswith("fa3"):
                     checked = check(impl, pass_, q, k, v, causal, dout, get_reference, **fp8)
-                ms, extra = time_point(impl, pass_, q, k, v, causal, dout, args.rep_ms, **fp8)
-                record["tflops"] = flops(pass_, batch, nheads, seqlen, hdim, causal) / (ms * 1e-3) / 1e12
+                calls[impl], extra = timed_call(impl, pass_, q, k, v, causal, dout, **fp8)
                 record.update(checked, **extra)
             except (Unavailable, WrongResult) as e:
                 record["error"] = str(e)
-            records.append(record)
+        point_flops = flops(pass_, batch, nheads, seqlen, hdim, causal)
+        for impl, ms in time_in_rounds(calls, args.rounds, args.rep_ms).items():
+            tflops = [point_flops / (m * 1e-3) / 1e12 for m in ms]
+            point_records[impl]["tflops"] = statistics.median(tflops)
+            if args.rounds > 1:
+                point_records[impl]["tflops_rounds"] = tflops
+        records.extend(point_records.values())
+        del calls
         del q, k, v, dout, get_reference
         torch.cuda.empty_cache()
     return records
@@ -563,6 +596,13 @@ def parse_args(argv=None):
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--rep-ms", type=int, default=200, help="timing budget per measurement (ms)")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time every implementation this many times per point, each round in another order; "
+        "records carry the median (and tflops_rounds)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"hdims {QUICK_HDIMS}, seqlens {QUICK_SEQLENS}, shorter timings; file names get -quick",
@@ -578,6 +618,8 @@ def parse_args(argv=None):
     args.passes = [p for p in PASSES if p in args.passes]
     if args.deterministic and "bwd" not in args.passes:
         parser.error("--deterministic: applies to the backward; add --passes bwd")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     if args.quick:
         args.rep_ms = min(args.rep_ms, 50)
     return args

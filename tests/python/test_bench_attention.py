@@ -58,3 +58,31 @@ def test_flashattention3_is_unavailable_where_not_installed(monkeypatch):
         bench_attention.IMPLS["flashattention3"](q, q, q, False)
     assert "flashattention3" not in bench_attention.DEFAULT_IMPLS
     assert bench_attention.parse_args(["--impls", "fa3", "flashattention3"]).impls == ["fa3", "flashattention3"]
+
+
+def test_each_round_starts_one_implementation_later():
+    impls = ["fa3", "flashattention3", "cudnn"]
+    orders = [bench_attention.round_order(impls, r) for r in range(4)]
+    assert orders == [
+        ["fa3", "flashattention3", "cudnn"],
+        ["flashattention3", "cudnn", "fa3"],
+        ["cudnn", "fa3", "flashattention3"],
+        ["fa3", "flashattention3", "cudnn"],
+    ]
+    assert bench_attention.round_order([], 3) == []
+
+
+def test_rounds_time_every_call_once_per_round_in_round_order():
+    timed = []
+
+    def timer(call, rep_ms):
+        timed.append(call())
+        return float(len(timed))
+
+    calls = {name: (lambda name=name: name) for name in ("a", "b", "c")}
+    times = bench_attention.time_in_rounds(calls, 2, rep_ms=7, timer=timer)
+    assert timed == ["a", "b", "c", "b", "c", "a"]
+    assert times == {"a": [1.0, 6.0], "b": [2.0, 4.0], "c": [3.0, 5.0]}
+    assert bench_attention.parse_args(["--rounds", "3"]).rounds == 3
+    with pytest.raises(SystemExit):
+        bench_attention.parse_args(["--rounds", "0"])
