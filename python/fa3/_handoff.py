@@ -48,5 +48,9 @@ def _export(x):
 
 def call(fn, *args, **kwargs):
     """fn(*args, **kwargs) with every torch tensor among the arguments (lists included)
-    handed over as a DLPack capsule, without a stream synchronization."""
-    return fn(*(_export(a) for a in args), **{k: _export(v) for k, v in kwargs.items()})
+    handed over as a DLPack capsule, without a stream synchronization. Plain values are
+    let through before any function call (_export's first test, inlined)."""
+    return fn(
+        *[a if type(a) in _AS_IS else _export(a) for a in args],
+        **{k: v if type(v) in _AS_IS else _export(v) for k, v in kwargs.items()},
+    )

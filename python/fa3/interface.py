@@ -395,8 +395,7 @@ def flash_attn_with_kvcache(
         "attention_chunk": chunk,
         "num_splits": int(num_splits),
     }
-    with torch.no_grad():
-        return _kvcache.run_kvcache(q, k_cache, v_cache, seqlens, optional, options, return_softmax_lse)
+    return _kvcache.run_kvcache(q, k_cache, v_cache, seqlens, optional, options, return_softmax_lse)
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):

@@ -202,6 +202,17 @@ def test_cache_seqlens_as_int_and_none():
     assert torch.equal(fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=CAPACITY), want)
 
 
+def test_inputs_requiring_grad_give_a_plain_output():
+    # As FlashAttention-3's: no autograd through a KV-cache call, whatever q requires.
+    q, k_cache, v_cache, k_new, v_new, seqlens = make_inputs(5)
+    want = fa3.flash_attn_with_kvcache(q, k_cache.clone(), v_cache.clone(), k_new, v_new, cache_seqlens=seqlens)
+    out = fa3.flash_attn_with_kvcache(
+        q.requires_grad_(), k_cache, v_cache, k_new.requires_grad_(), v_new, cache_seqlens=seqlens
+    )
+    assert not out.requires_grad and out.grad_fn is None
+    assert torch.equal(out, want)
+
+
 def test_scheduler_metadata_and_num_splits_change_nothing():
     q, k_cache, v_cache, _, _, seqlens = make_inputs(5, seqlen_new=0)
     metadata = fa3.get_scheduler_metadata(BATCH, 2, CAPACITY, NHEADS, NHEADS_K, HEADDIM, seqlens,
