@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fa3  # noqa: E402
-from fa3 import _torch_ops  # noqa: E402
+from fa3 import _torch_ops, _torch_varlen_ops  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 
@@ -27,18 +27,23 @@ def through_op(q, k, v):
     return torch.ops.fa3.fwd(q.detach(), k.detach(), v.detach(), None, 0.0, True, -1, 0, 0.0, False)[0]
 
 
-@pytest.fixture
-def op_calls(monkeypatch):
-    """The calls flash_attn_func makes through the custom op."""
+def count_calls(monkeypatch, module, name):
+    """The calls made through module.name (a custom op) from now on."""
     calls = []
-    op = _torch_ops.attention_forward
+    op = getattr(module, name)
 
     def counted(*args):
         calls.append(args)
         return op(*args)
 
-    monkeypatch.setattr(_torch_ops, "attention_forward", counted)
+    monkeypatch.setattr(module, name, counted)
     return calls
+
+
+@pytest.fixture
+def op_calls(monkeypatch):
+    """The calls flash_attn_func makes through the custom op."""
+    return count_calls(monkeypatch, _torch_ops, "attention_forward")
 
 
 class OpRecorder(TorchDispatchMode):
@@ -187,17 +192,8 @@ def varlen_through_op(q, k, v, cu_q, cu_k, dout=None):
 
 @pytest.fixture
 def varlen_op_calls(monkeypatch):
-    from fa3 import _torch_varlen_ops
-
-    calls = []
-    op = _torch_varlen_ops.varlen_forward
-
-    def counted(*args):
-        calls.append(args)
-        return op(*args)
-
-    monkeypatch.setattr(_torch_varlen_ops, "varlen_forward", counted)
-    return calls
+    """The calls flash_attn_varlen_func makes through its custom op."""
+    return count_calls(monkeypatch, _torch_varlen_ops, "varlen_forward")
 
 
 def test_varlen_eager_call_skips_the_op(varlen_op_calls):
