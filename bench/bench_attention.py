@@ -18,12 +18,17 @@ it, which a single pass in a fixed order turns into a bias of several percent.
     python bench/bench_attention.py --hdims 128 --seqlens 1024 8192 --causal yes
     python bench/bench_attention.py --passes bwd --impls fa3 flashattention3 cudnn --rounds 3
     python bench/bench_attention.py --dtypes e4m3 --hdims 128   # FP8 forward (FA3_GPU_FP8 build)
+    python bench/bench_attention.py --dtypes e4m3 --fp8-scales descales --impls fa3 flashattention3
 
 e4m3 records (forward only): the inputs are drawn in bf16 and quantized by
 fa3.fp8.quantize (128-row block scales, Hadamard transform) before the timing, fa3
 runs the codes with their scales (its time includes the transpose of V the FP8 path
 makes), and the check is against fp32 attention of the dequantized values with the FP8
 cap (MAX_REL_ERR_E4M3); the SDPA peers take no e4m3 inputs and are recorded unavailable.
+With --fp8-scales descales the inputs are quantized as FlashAttention-3's FP8 path takes
+them instead, one scale per (batch, head) given as q/k/v_descale, which FlashAttention-3
+(--impls flashattention3, a build with its FP8 kernels) runs too; those records carry
+"variant": "descales".
 Each e4m3 point also times cuBLAS's FP8 GEMM (torch._scaled_mm, bf16 out) of the same
 FLOPs, impl "cublas-fp8": the ceiling the tensor cores give a plain matmul, beside
 which the attention kernels' softmax and data movement show.
@@ -133,9 +138,9 @@ def flashattention3(q, k, v, causal, **fp8):
         import flash_attn_interface
     except ImportError:
         raise NotImplementedError("flash_attn_interface is not installed") from None
-    if q.dtype == torch.float8_e4m3fn:
+    if q.dtype == torch.float8_e4m3fn and "block_scales" in fp8:
         raise NotImplementedError("no block-scaled e4m3 inputs")
-    out = flash_attn_interface.flash_attn_func(q, k, v, causal=causal)
+    out = flash_attn_interface.flash_attn_func(q, k, v, causal=causal, **fp8)
     # Some releases return (out, lse).
     return out[0] if isinstance(out, tuple) else out
 
@@ -383,6 +388,16 @@ def dequantize(codes, scale, block):
     return codes.float() * per_row.transpose(1, 2)[..., None]
 
 
+def quantize_per_head(t):
+    """(e4m3 codes of t (b, s, h, d), float32 descale (b, h)): one scale per (batch, head),
+    its largest magnitude mapped to e4m3's largest value, as FlashAttention-3's FP8 path
+    takes its inputs."""
+    amax = t.float().abs().amax(dim=(1, 3)).clamp_min(1e-12)  # (b, h)
+    scale = amax / torch.finfo(torch.float8_e4m3fn).max
+    codes = (t.float() / scale[:, None, :, None]).to(torch.float8_e4m3fn)
+    return codes, scale.contiguous()
+
+
 def relative_error(x, ref):
     x = x.float()
     if not torch.isfinite(x).all():
@@ -453,11 +468,16 @@ def run_sweep(args, gpu):
         q, k, v, dout = (
             torch.randn(batch, seqlen, nheads, hdim, generator=gen, device="cuda", dtype=drawn) for _ in range(4)
         )
-        fp8 = {}
-        if dtype == "e4m3":
+        fp8, dequantized = {}, None
+        if dtype == "e4m3" and args.fp8_scales == "descales":
+            (q, qs), (k, ks), (v, vs) = (quantize_per_head(t) for t in (q, k, v))
+            fp8 = {"q_descale": qs, "k_descale": ks, "v_descale": vs}
+            dequantized = [dequantize(t, s[:, :, None], t.shape[1]) for t, s in ((q, qs), (k, ks), (v, vs))]
+        elif dtype == "e4m3":
             quantized = fa3.fp8.quantize(q, k, v)
             q, k, v = quantized.q, quantized.k, quantized.v
             fp8 = {"block_scales": quantized.block_scales, "block_rows": quantized.block}
+            dequantized = [dequantize(t, s, quantized.block) for t, s in zip((q, k, v), quantized.block_scales)]
         base = {
             "pass": pass_,
             "dtype": dtype,
@@ -468,9 +488,10 @@ def run_sweep(args, gpu):
             "nheads": nheads,
             "gpu": gpu,
         }
+        if "q_descale" in fp8:
+            base["variant"] = "descales"
         # Computed on the first check that needs it, then shared by the fa3 variants.
         if fp8:
-            dequantized = [dequantize(t, s, quantized.block) for t, s in zip((q, k, v), quantized.block_scales)]
             get_reference = functools.cache(lambda: ((fp32_reference(*dequantized, causal),), "fp32"))
         else:
             get_reference = functools.cache(functools.partial(reference, pass_, q, k, v, causal, dout))
@@ -589,6 +610,13 @@ def parse_args(argv=None):
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=["bf16"])
     parser.add_argument("--impls", nargs="+", choices=DEFAULT_IMPLS + ["flashattention3"], default=DEFAULT_IMPLS)
     parser.add_argument(
+        "--fp8-scales",
+        choices=["blocks", "descales"],
+        default="blocks",
+        help="e4m3 inputs: fa3.fp8.quantize's 128-row block scales (default), or one descale per "
+        "(batch, head) as FlashAttention-3 takes them (records get variant descales)",
+    )
+    parser.add_argument(
         "--deterministic",
         action="store_true",
         help="also time fa3's deterministic backward (records with impl fa3-deterministic)",
@@ -629,6 +657,8 @@ def output_stems(args, gpu):
     """(JSON file stem, PNG stem): the JSON's names the passes unless forward only; the
     PNGs' names carry their pass already (plot.plot_records)."""
     plots = f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}" + ("-quick" if args.quick else "")
+    if args.fp8_scales == "descales" and "e4m3" in args.dtypes:
+        plots += "-descales"
     return plots + ("" if args.passes == ["fwd"] else "-" + "-".join(args.passes)), plots
 
 

@@ -27,7 +27,7 @@ Status run_on_device(const ForwardArgs& args, const char* kernel, cudaStream_t s
   // A kernel named by the caller wins over the tuning cache's. The cache times plain
   // and causal kernels only (the general family has one per head dim), on fixed-length
   // shapes (a varlen call's lengths are bounds, not its shape) of one head dim (a V head
-  // dim of its own runs on other kernels). FP8 calls have one kernel per head dim and mask.
+  // dim of its own runs on other kernels). FP8 calls take the build's first FP8 tile.
   const bool tunable = kernel == nullptr && !problem.varlen && problem.head_dim_v == problem.head_dim &&
                        hopper::mask_kind(problem) != hopper::MaskKind::kGeneral && args.q.dtype != DType::kFloat8E4M3;
   const std::string tuned = tunable ? tuned_forward_kernel(problem, args.q.dtype, *dev) : std::string();

@@ -3,7 +3,8 @@
 //   q and k's per-tile factors multiply S. q's (descale times the block scale of the
 //   tile's 128 rows) and k's descale are the same for every key block of a tile, so they
 //   fold into the softmax scale; k's block scale changes with the key block and
-//   multiplies S before the mask and the softmax (one multiply per score).
+//   multiplies S before the mask and the softmax (one multiply per score), or with the
+//   lean FP8 softmax (hopper/fwd_config.h) enters the softmax's max and exponent.
 //   v's block scale also changes with the key block. P is not scaled by it: e4m3's range
 //   is taken by the 2^8 shift of P (hopper/softmax.cuh), and a scale above 1 would
 //   saturate it. O is kept in units of the last key block's v scale instead: before a
@@ -23,15 +24,19 @@ struct NoScales {
   static constexpr bool kOn = false;
   __device__ NoScales(const FwdParams&, TileCoord) {}
   __device__ float qk() const { return 1.f; }
+  __device__ bool per_block() const { return false; }
   __device__ float k_block(int) const { return 1.f; }
   __device__ float v_block(int) const { return 1.f; }
   __device__ float v_out(float) const { return 1.f; }
 };
 
+// Tiles whose key blocks do not divide the scale's rows (kFp8BlockRows) cannot take k's
+// and v's block scales; the dispatcher runs calls with block scales on other tiles
+// (fwd_takes_fp8_block_scales), and these read none.
 template <int kBlockM, int kBlockN>
 struct Fp8TileScales {
-  static_assert(kFp8BlockRows % kBlockM == 0 && kFp8BlockRows % kBlockN == 0,
-                "one block scale per tile: the tile divides the scale's rows");
+  static_assert(kFp8BlockRows % kBlockM == 0, "one q block scale per tile: block_m divides the scale's rows");
+  static constexpr bool kKvBlockScales = kFp8BlockRows % kBlockN == 0;
   static constexpr bool kOn = true;
   float qk_factor = 1.f;  // q's scale of the tile times k's descale
   float v_descale = 1.f;
@@ -45,7 +50,7 @@ struct Fp8TileScales {
                     at(p.q_block_scale, tile.batch, tile.head, tile.m_block * kBlockM / kFp8BlockRows);
     qk_factor = q * at(p.k_descale, tile.batch, head_kv);
     v_descale = at(p.v_descale, tile.batch, head_kv);
-    if (p.k_block_scale.ptr != nullptr) {
+    if (kKvBlockScales && p.k_block_scale.ptr != nullptr) {
       k_blocks =
           p.k_block_scale.ptr + tile.batch * p.k_block_scale.batch_stride + head_kv * p.k_block_scale.head_stride;
       v_blocks =
@@ -56,6 +61,8 @@ struct Fp8TileScales {
   }
 
   __device__ float qk() const { return qk_factor; }
+  // Whether k and v have block scales, which change from one key block to the next.
+  __device__ bool per_block() const { return v_blocks != nullptr; }
   // Key block n's block scales (1 without block scales).
   __device__ float k_block(int n) const {
     return k_blocks == nullptr ? 1.f : __ldg(k_blocks + n * kBlockN / kFp8BlockRows * k_block_stride);

@@ -78,6 +78,20 @@ constexpr bool fwd_carries_varlen(int head_dim, bool general_mask) {
   return kVarlenKernels && fwd_family_carries_varlen(head_dim, general_mask);
 }
 
+// The FP8 kernels' lean softmax (FA3_FP8_LEAN_SOFTMAX, off until it has run on a GPU):
+// k's block scale enters the softmax once per block instead of multiplying every score,
+// and the softmax references move lazily, as the 16-bit kernels' do, with a growth
+// bound that keeps the shifted e4m3 P in range (hopper/softmax.cuh). Calls with block
+// scales still rescale O at every key block, for V's scales (hopper/fp8_scales.cuh).
+// Read from SASS: the hdim 128 kernel's step without a mask issued about 9.4
+// instructions per score, one multiply for k's scale and one for O's rescale among them,
+// where FlashAttention-3's FP8 kernel issues 6.1 (docs/perf-log.md).
+#ifdef FA3_FP8_LEAN_SOFTMAX
+inline constexpr bool kFp8LeanSoftmax = true;
+#else
+inline constexpr bool kFp8LeanSoftmax = false;
+#endif
+
 inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.
 inline constexpr int kSmemReserveBytes = 2048;
@@ -110,10 +124,10 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 //
 // FP8 (e4m3) inputs (input_bytes 1) take the same rules, with two exceptions: Q·Kᵀ
 // reads Q from shared memory (an e4m3 A operand from registers would need Q's bytes
-// regrouped after ldmatrix), and the softmax is the plain online one, since P is shifted
-// by 2^8 before its rounding to e4m3 and a stale reference could push it past e4m3's
-// range (hopper/softmax.cuh); its rescale of O also applies V's block scales
-// (hopper/fp8_scales.cuh).
+// regrouped after ldmatrix), and the softmax is the plain online one unless
+// kFp8LeanSoftmax, since P is shifted by 2^8 before its rounding to e4m3 and a stale
+// reference must not push it past e4m3's range (hopper/softmax.cuh); its rescale of O
+// also applies V's block scales (hopper/fp8_scales.cuh).
 constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int input_bytes = 2) {
   const bool fp8 = input_bytes == 1;
   const int wgs = tile.block_m / 64;
@@ -139,14 +153,18 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int i
   // kernels' P takes a quarter of S's registers (e4m3, four to a register), and at head
   // dims 192 (128x128) and 256 (128x64) 224 hold O, S and P: 24 for the producer
   // spilled 20 bytes at 256.
-  const bool wide = (head_dim_v >= 192 && !fp8) || o_store == OStore::kRegisters;
+  // FP8 consumers hold S (block_n / 2 registers a thread), O (head_dim_v / 2) and e4m3 P
+  // (block_n / 8). At 224 registers ptxas fit 196 of them (hdim 192, 128x160) and
+  // spilled from 204 (hdim 128, 128x224: 96 bytes; hdim 256, 128x128: 156).
+  const int fp8_tile_regs = tile.block_n / 2 + head_dim_v / 2 + tile.block_n / 8;
+  const bool wide = (head_dim_v >= 192 && !fp8) || o_store == OStore::kRegisters || (fp8 && fp8_tile_regs > 200);
   const int producer_regs = wgs == 2 ? (wide ? 24 : 56) : 32;
   const int consumer_regs = wgs == 2 ? (wide ? 240 : 224) : wgs == 3 ? 160 : 112;
   // Skipping O's rescale saves d/2 multiplies per row per key block but puts a warp
   // vote on the softmax's critical path. Two warpgroups at head dim 64, where the
   // softmax is the longer half of each step and one other warpgroup hides it, lost
   // 4 % on short causal rows; everywhere else it gained (docs/perf-log.md).
-  const bool lazy_rescale = !fp8 && (head_dim_v > 64 || wgs > 2);
+  const bool lazy_rescale = fp8 ? kFp8LeanSoftmax : head_dim_v > 64 || wgs > 2;
   // A warpgroup's causal diagonal ends 64 rows before the next one's. That leaves it a
   // whole key block short of the tile's last one whenever a block boundary falls in
   // between: in most tiles of three or more warpgroups or of key blocks that are not

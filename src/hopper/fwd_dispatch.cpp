@@ -94,6 +94,10 @@ std::string FwdKernelEntry::name() const {
   return name;
 }
 
+bool FwdKernelEntry::takes_fp8_block_scales() const {
+  return kFp8BlockRows % tile.block_m == 0 && kFp8BlockRows % tile.block_n == 0;
+}
+
 const std::vector<FwdKernelEntry>& fwd_kernels() {
   static const std::vector<FwdKernelEntry> kernels = {
 #define FA3_FWD_INSTANCE(dtype, hdim, hdim_v, id, mask, bm, bn, ostore, ostore_kind, stages, qstages, cluster) \
@@ -147,7 +151,7 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype,
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
     if (k.dtype == dtype && k.out_dtype == out_dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v &&
-        k.mask == fwd_mask_kind(p, dims.qk)) {
+        k.mask == fwd_mask_kind(p, dims.qk) && (!p.fp8_kv_block_scales || k.takes_fp8_block_scales())) {
       out.push_back(&k);
     }
   }

@@ -211,14 +211,16 @@ struct FwdConsumer {
   // Once S = Q·K_nᵀ has landed: frees K's stage, applies the block's k scale (FP8
   // kernels, hopper/fp8_scales.cuh), masks the block if it needs it, and folds S into
   // the online softmax (S becomes P). Returns whether O must be rescaled by `rescale`
-  // (warp-uniform).
+  // (warp-uniform). With the lean FP8 softmax (kFp8LeanSoftmax) the softmax takes k's
+  // scale itself, and moves its references at every block of a call with block scales.
   template <bool kFirst, class Scales, class TensorS, class TensorC, class Softmax, int kRows>
   __device__ __forceinline__ bool scores_to_probs(Pipeline& k_pipe, const Mask& mask, TensorS& s, const TensorC& coord,
-                                                  int m_block, int n, float k_scale, Softmax& softmax,
-                                                  float (&rescale)[kRows]) {
+                                                  int m_block, int n, const Scales& scales, float k_scale,
+                                                  Softmax& softmax, float (&rescale)[kRows]) {
+    constexpr bool kScaledSoftmax = Scales::kOn && kFp8LeanSoftmax;
     k_pipe.consumer_release(k_state, lane);
     k_state.advance();
-    if constexpr (Scales::kOn) {
+    if constexpr (Scales::kOn && !kScaledSoftmax) {
       // Before the mask: a scale times -inf would be NaN for a scale of 0.
       CUTE_UNROLL
       for (int i = 0; i < cute::size(s); ++i) s(i) *= k_scale;
@@ -229,7 +231,11 @@ struct FwdConsumer {
     if (mask.template needs_mask<Traits::kBlockM, Traits::kBlockN>(m_block, n)) {
       apply_mask(mask, s, coord, m_block * Traits::kBlockM, n * Traits::kBlockN);
     }
-    return softmax.template update<kFirst>(s, rescale);
+    if constexpr (kScaledSoftmax) {
+      return softmax.template update<kFirst, true>(s, rescale, k_scale, scales.per_block());
+    } else {
+      return softmax.template update<kFirst>(s, rescale);
+    }
   }
 
   // A key block this warpgroup does not need: its GEMM turn passes straight on, and
@@ -311,7 +317,8 @@ struct FwdConsumer {
   __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe, Pipeline& v_pipe,
                            const Mask& mask, int m_block, BlockRange keys, int v_valid, TensorO& tOrO, Softmax& softmax,
                            const Scales& scales, float& v_last, QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
-    static_assert(!Scales::kOn || !Traits::kCfg.lazy_rescale, "V's block scales ride on the rescale of every block");
+    static_assert(!Scales::kOn || !Traits::kCfg.lazy_rescale || kFp8LeanSoftmax,
+                  "V's block scales ride on a rescale at every block, which only the lean FP8 softmax forces");
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
@@ -384,7 +391,7 @@ struct FwdConsumer {
     turn_pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
-    scores_to_probs<true, Scales>(k_pipe, mask, s, coord, m_block, n, k_scale, softmax, rescale);
+    scores_to_probs<true, Scales>(k_pipe, mask, s, coord, m_block, n, scales, k_scale, softmax, rescale);
     auto tOrP = make_p_operand<Element>(tSrS.layout());
     convert_p(tOrP, tSrS);
 
@@ -399,19 +406,24 @@ struct FwdConsumer {
       turn_pass();
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
-      const bool grown = scores_to_probs<false, Scales>(k_pipe, mask, s, coord, m_block, n, k_scale, softmax, rescale);
+      const bool grown =
+          scores_to_probs<false, Scales>(k_pipe, mask, s, coord, m_block, n, scales, k_scale, softmax, rescale);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       v_pipe.consumer_release(v_state, lane);
       v_state.advance();
-      if constexpr (Scales::kOn) {
-        // O moves from the previous block's v scale to this one's (hopper/fp8_scales.cuh).
-        const float to_next = v_scale / v_next;
-        CUTE_UNROLL
-        for (int r = 0; r < Softmax::kRowsPerThread; ++r) rescale[r] *= to_next;
-        v_scale = v_next;
+      if (grown) {
+        if constexpr (Scales::kOn) {
+          // O moves from the previous block's v scale to this one's (hopper/fp8_scales.cuh);
+          // with block scales every block rescales (scores_to_probs), without them the
+          // ratio is 1.
+          const float to_next = v_scale / v_next;
+          CUTE_UNROLL
+          for (int r = 0; r < Softmax::kRowsPerThread; ++r) rescale[r] *= to_next;
+        }
+        rescale_rows(o, rescale);
       }
-      if (grown) rescale_rows(o, rescale);
+      v_scale = v_next;
       convert_p(tOrP, tSrS);
     }
     v_last = v_scale;

@@ -18,9 +18,14 @@
 // kLog2Shift > 0 (the FP8 forward) scales every weight by 2^kLog2Shift, in the exponent:
 // P then lies in [0, 2^kLog2Shift] rather than [0, 1], so that rounding it to e4m3 keeps
 // weights down to 2^-17 at a shift of 8 (fa3/attention.h). The row sums carry the same
-// factor, which cancels in O / sum; finish() takes it out of the LSE. With kLazy the
-// weights could grow by another 2^kMaxGrowthLog2, past e4m3's range: the FP8 kernels run
-// the plain online softmax.
+// factor, which cancels in O / sum; finish() takes it out of the LSE. With kLazy a
+// weight may grow past 2^kLog2Shift by the growth the reference tolerates, so that growth
+// is then what keeps P below e4m3's largest value, 448 = 2^8.807: 0.8 (P < 2^8.8).
+//
+// FP8 tiles also have a scale per key block (k's block scale, hopper/fp8_scales.cuh). The
+// scaled update() takes it as `block_scale` (> 0, finite) and applies it to the block's
+// max (once per row) and to the exponent's FMA (once per block) instead of to every
+// score: max(s * k) = max(s) * k for k > 0, rounding included.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -39,11 +44,16 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// log2(448), e4m3's largest finite value, rounded down.
+inline constexpr float kE4m3MaxLog2 = 8.8f;
+
 template <int kRows, bool kLazy = true, int kLog2Shift = 0>
 struct OnlineSoftmax {
-  static_assert(kLog2Shift == 0 || !kLazy, "shifted weights need the plain online softmax");
   static constexpr int kRowsPerThread = kRows;
-  static constexpr float kMaxGrowthLog2 = 8.f;
+  // The growth of a row's max (log2 units, scaled scores) that leaves its reference in
+  // place: weights then stay below 2^(kLog2Shift + kMaxGrowthLog2).
+  static constexpr float kMaxGrowthLog2 = kLog2Shift == 0 ? 8.f : kE4m3MaxLog2 - kLog2Shift;
+  static_assert(kMaxGrowthLog2 > 0.f, "the shift leaves no room below e4m3's largest value");
   float row_max[kRows];  // reference max of raw scores (see above); -inf while a row has seen nothing
   float row_sum[kRows];  // this thread's partial sum of exp2(...) relative to row_max
   float scale_log2;
@@ -63,6 +73,14 @@ struct OnlineSoftmax {
   // (kFirst) sets the references and returns false.
   template <bool kFirst, class TensorS>
   __device__ __forceinline__ bool update(TensorS& s, float (&rescale)[kRows]) {
+    return update<kFirst, false>(s, rescale, 1.f, false);
+  }
+
+  // The same for scores that count `block_scale` times their value (kScaled, see
+  // above). `move_all` (warp-uniform) moves every reference on this block, lazy or not,
+  // for a caller that rescales O at such blocks anyway.
+  template <bool kFirst, bool kScaled, class TensorS>
+  __device__ __forceinline__ bool update(TensorS& s, float (&rescale)[kRows], float block_scale, bool move_all) {
     static_assert(decltype(cute::size<0>(s))::value == kRows);
     static_assert(decltype(cute::size<1>(s))::value >= 4, "four chains need four columns");
     float block_max[kRows];
@@ -73,14 +91,16 @@ struct OnlineSoftmax {
       // across its columns, and a single chain would leave the ALUs waiting. The
       // chains start from the row's first columns, not from -inf: the compiler may not
       // drop fmaxf(-inf, x) (NaN rules), and it would cost three instructions per row.
-      float part[4] = {fmaxf(row_max[r], s(r, 0)), s(r, 1), s(r, 2), s(r, 3)};
+      // Scaled scores meet the reference only after the block's max is scaled.
+      float part[4] = {kScaled ? s(r, 0) : fmaxf(row_max[r], s(r, 0)), s(r, 1), s(r, 2), s(r, 3)};
       CUTE_UNROLL
       for (int c = 4; c < cute::size<1>(s); ++c) part[c % 4] = fmaxf(part[c % 4], s(r, c));
       block_max[r] = quad_max(fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3])));
+      if constexpr (kScaled) block_max[r] = fmaxf(row_max[r], block_max[r] * block_scale);
       // -inf - -inf is NaN and compares false: a row still without keys stays as is.
       grown |= (block_max[r] - row_max[r]) * scale_log2 > kMaxGrowthLog2;
     }
-    if constexpr (!kFirst) grown = kLazy ? __any_sync(0xffffffffu, grown) : true;
+    if constexpr (!kFirst) grown = kLazy ? move_all || __any_sync(0xffffffffu, grown) : true;
     if (kFirst || grown) {
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
@@ -93,6 +113,7 @@ struct OnlineSoftmax {
         row_max[r] = block_max[r];
       }
     }
+    const float score_log2 = kScaled ? scale_log2 * block_scale : scale_log2;
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       // A row that has seen only masked keys keeps max -inf; exponentiate against 0
@@ -101,7 +122,7 @@ struct OnlineSoftmax {
       float sum[4];
       CUTE_UNROLL
       for (int c = 0; c < cute::size<1>(s); ++c) {
-        s(r, c) = arch::exp2_approx(fmaf(s(r, c), scale_log2, -m_scaled));
+        s(r, c) = arch::exp2_approx(fmaf(s(r, c), score_log2, -m_scaled));
         // The chains start from their first terms (0 + x costs an add: x may be -0).
         sum[c % 4] = c < 4 ? s(r, c) : sum[c % 4] + s(r, c);
       }

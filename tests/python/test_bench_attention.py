@@ -36,17 +36,23 @@ def test_flashattention3_calls_its_interface_where_installed(monkeypatch):
 
     calls = []
 
-    def flash_attn_func(q, k, v, causal=False):
-        calls.append(causal)
-        return q + 1, None  # releases that return (out, lse)
+    def flash_attn_func(q, k, v, causal=False, **descales):
+        calls.append((causal, sorted(descales)))
+        return q.float() + 1, None  # releases that return (out, lse)
 
     monkeypatch.setitem(sys.modules, "flash_attn_interface", SimpleNamespace(flash_attn_func=flash_attn_func))
     q = torch.zeros(1, 4, 2, 8, dtype=torch.bfloat16)
     out = bench_attention.IMPLS["flashattention3"](q, q, q, True)
-    assert calls == [True]
-    assert torch.equal(out, q + 1)
+    assert calls == [(True, [])]
+    assert torch.equal(out, q.float() + 1)
+    # Its FP8 path takes per-head descales, which reach it; fa3's block scales do not.
+    codes = q.to(torch.float8_e4m3fn)
+    scale = torch.ones(1, 2)
+    bench_attention.IMPLS["flashattention3"](codes, codes, codes, False, q_descale=scale, k_descale=scale,
+                                             v_descale=scale)
+    assert calls[-1] == (False, ["k_descale", "q_descale", "v_descale"])
     with pytest.raises(NotImplementedError, match="e4m3"):
-        bench_attention.IMPLS["flashattention3"](q.to(torch.float8_e4m3fn), q, q, False)
+        bench_attention.IMPLS["flashattention3"](codes, codes, codes, False, block_scales=(scale,) * 3)
 
 
 def test_flashattention3_is_unavailable_where_not_installed(monkeypatch):
@@ -86,3 +92,26 @@ def test_rounds_time_every_call_once_per_round_in_round_order():
     assert bench_attention.parse_args(["--rounds", "3"]).rounds == 3
     with pytest.raises(SystemExit):
         bench_attention.parse_args(["--rounds", "0"])
+
+
+def test_per_head_descales_map_each_heads_largest_value_to_e4m3s_largest():
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    t = torch.randn(2, 300, 3, 64, generator=gen) * torch.tensor([1.0, 10.0, 0.01])[None, None, :, None]
+    codes, descale = bench_attention.quantize_per_head(t)
+    assert codes.dtype == torch.float8_e4m3fn and descale.shape == (2, 3) and descale.dtype == torch.float32
+    assert torch.equal(codes.float().abs().amax(dim=(1, 3)), torch.full((2, 3), 448.0))
+    back = bench_attention.dequantize(codes, descale[:, :, None], t.shape[1])
+    # e4m3 keeps 3 mantissa bits: each value within 2^-4 of itself (normal range).
+    big = t.abs() > descale[:, None, :, None] * 2**-6
+    assert ((back - t).abs() <= t.abs() * 2**-4 + 1e-12)[big].all()
+
+
+def test_descale_runs_are_named_apart():
+    args = bench_attention.parse_args(["--dtypes", "e4m3", "--fp8-scales", "descales"])
+    assert args.fp8_scales == "descales"
+    json_stem, png_stem = bench_attention.output_stems(args, "NVIDIA H200")
+    assert json_stem.endswith("-descales") and png_stem.endswith("-descales")
+    assert not bench_attention.output_stems(bench_attention.parse_args(["--dtypes", "e4m3"]), "NVIDIA H200")[0].endswith(
+        "-descales")

@@ -45,6 +45,20 @@ def test_sources_are_one_forward_and_one_backward_unit_per_head_dim(tmp_path):
     ]
 
 
+def test_fp8_adds_an_e4m3_forward_unit_per_head_dim_and_keeps_fp8_on(tmp_path):
+    units = [p.relative_to(tmp_path).as_posix() for p in build.sources(tmp_path, [128], fp8=True)]
+    assert units[2:] == [
+        "instantiations/flash_fwd_hdim128_bf16_sm90.cu",
+        "instantiations/flash_bwd_hdim128_bf16_sm90.cu",
+        "instantiations/flash_fwd_hdim128_e4m3_sm90.cu",
+    ]
+    assert "FLASHATTENTION_DISABLE_FP8" not in build.disabled_macros([128], fp8=True)
+    assert "FLASHATTENTION_DISABLE_VARLEN" in build.disabled_macros([128], fp8=True)
+    namespace = {}
+    exec(build.config_module([128], fp8=True), namespace)
+    assert namespace["CONFIG"]["build_flags"]["FLASHATTENTION_DISABLE_FP8"] is False
+
+
 STAND_IN = """#pragma once
 void dispatch(Params &params) {
     BOOL_SWITCH(params.h != params.h_k, GQA, [&] {

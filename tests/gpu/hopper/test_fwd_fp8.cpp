@@ -60,6 +60,7 @@ struct Fp8Case {
   // GrowingMaxAndChangingVScales).
   bool block_gains = false;
   std::int64_t head_dim = 128;
+  std::string kernel;  // a tile by name (fa3/kernels.h); empty: fa3::forward's choice
 };
 
 // The factor of row s's values under Fp8Case::block_gains: k's last two blocks, which
@@ -302,7 +303,13 @@ std::string name(const Fp8Case& c) {
   return "hdim " + std::to_string(c.head_dim) + " batch " + std::to_string(s.batch) + " sq " +
          std::to_string(s.seqlen_q) + " sk " + std::to_string(s.seqlen_k) + " heads " + std::to_string(s.nheads_q) +
          ":" + std::to_string(s.nheads_kv) + (c.causal ? " causal" : "") + " scales " + scaling_name(c.scaling) +
-         (c.outliers ? " outliers" : "") + " out " + dtype_name(c.out_dtype);
+         (c.outliers ? " outliers" : "") + " out " + dtype_name(c.out_dtype) +
+         (c.kernel.empty() ? "" : " kernel " + c.kernel);
+}
+
+// The call under test: fa3::forward, or the case's kernel.
+Status run_call(const Fp8Case& c, const ForwardArgs& a) {
+  return c.kernel.empty() ? forward(a, nullptr) : forward_with_kernel(a, c.kernel, nullptr);
 }
 
 void run_case(const Fp8Case& c, std::uint64_t seed) {
@@ -383,7 +390,7 @@ void run_case(const Fp8Case& c, std::uint64_t seed) {
   ASSERT_GT(workspace_bytes, 0u);
   fill_nan(out.get(), c.out_dtype, static_cast<std::int64_t>(out.bytes() / dtype_size(c.out_dtype)));
   const std::vector<std::uint8_t> untouched = out.to_host();
-  const Status refused = forward(a, nullptr);
+  const Status refused = run_call(c, a);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
   EXPECT_EQ(refused.message().rfind("workspace: data pointer is null", 0), 0u) << refused.message();
   FA3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -398,7 +405,7 @@ void run_case(const Fp8Case& c, std::uint64_t seed) {
     fill_nan(lse.get(), DType::kFloat32, static_cast<std::int64_t>(lse.bytes() / sizeof(float)));
     // The workspace's contents on entry do not matter.
     fill_nan(workspace.get(), DType::kFloat32, static_cast<std::int64_t>(workspace_bytes / sizeof(float)));
-    const Status st = forward(a, nullptr);
+    const Status st = run_call(c, a);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     FA3_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<std::uint8_t> got_out = out.to_host(), got_lse = lse.to_host();
@@ -553,15 +560,39 @@ TEST(Fp8ForwardKernel, Fp16Out) {
   }
 }
 
+// Every FP8 tile of the build at its head dim and mask, on the calls it takes: a tile
+// whose key blocks do not divide the block scales' 128 rows (FA3_FP8_FWD_TILES_*, e.g.
+// 128x224) runs calls with descales or no scales only. Lengths that end inside a key
+// block and a 16-key group, rows past the first bound and a short query block.
+TEST(Fp8ForwardKernel, EveryBuiltTile) {
+  FA3_REQUIRE_HOPPER();
+  if (built_head_dims(DType::kBFloat16).empty())
+    GTEST_SKIP() << "no FP8 kernel with bf16 out (FA3_GPU_FP8, FA3_DTYPES)";
+  std::uint64_t seed = 7000;
+  for (const hopper::FwdKernelEntry& k : hopper::fwd_kernels()) {
+    if (k.dtype != DType::kFloat8E4M3 || k.out_dtype != DType::kBFloat16) continue;
+    const bool causal = k.mask == hopper::MaskKind::kCausal;
+    for (Scaling scaling : {Scaling::kBlocksAndDescales, Scaling::kDescalesOnly, Scaling::kNone}) {
+      if (scaling == Scaling::kBlocksAndDescales && !k.takes_fp8_block_scales()) continue;
+      for (const Shape& s : {Shape{2, 1000, 1000, 8, 2}, Shape{1, 113, 2055, 2, 2}, Shape{1, 1100, 1100, 4, 1}}) {
+        const Fp8Case c{s, causal, scaling, true, DType::kBFloat16, false, k.head_dim, k.name()};
+        SCOPED_TRACE(name(c));
+        run_case(c, seed++);
+      }
+    }
+  }
+}
+
 // Rows' maxima grow after the first key blocks visited, so that O is rescaled, while
 // V's block scales change from block to block (block_gain), with block scales alone and
-// with descales too.
+// with descales too; and with descales alone, where a lazy softmax reference
+// (FA3_FP8_LEAN_SOFTMAX) moves only on such growth.
 TEST(Fp8ForwardKernel, GrowingMaxAndChangingVScales) {
   FA3_REQUIRE_HOPPER();
   if (!built(DType::kBFloat16)) GTEST_SKIP() << "no FP8 kernel with bf16 out at head dim 128 (FA3_GPU_FP8, FA3_DTYPES)";
   std::uint64_t seed = 4242;
   for (bool causal : {false, true}) {
-    for (Scaling scaling : {Scaling::kBlocksAndDescales, Scaling::kBlocksOnly}) {
+    for (Scaling scaling : {Scaling::kBlocksAndDescales, Scaling::kBlocksOnly, Scaling::kDescalesOnly}) {
       const Fp8Case c{{1, 700, 900, 4, 2}, causal, scaling, false, DType::kBFloat16, true};
       SCOPED_TRACE(name(c) + " block gains");
       run_case(c, seed++);
