@@ -25,7 +25,7 @@ struct Problem {
   float softcap = 0.f;             // 0: off
   std::int64_t chunk = 0;          // attention_chunk; 0: none
   bool has_sinks = false;          // attention sinks given (fa3/attention.h)
-  bool fp8_kv_block_scales = false;  // e4m3 k and v with block scales (fa3/attention.h's Fp8Args)
+  bool fp8_block_scales = false;  // e4m3 inputs with block scales (fa3/attention.h's Fp8Args)
   // A variable-length batch (fa3/attention.h): batch sequences packed along total_q query
   // rows and total_k keys; seqlen_q and seqlen_k are then the caller's max_seqlen_q and
   // max_seqlen_k, bounds rather than every sequence's lengths, and the masks below hold

@@ -357,7 +357,7 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   if (layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_supported(target));
   FA3_RETURN_IF_ERROR(check_fp8_supported(a, target));
   p.has_sinks = has_sinks;
-  p.fp8_kv_block_scales = fp8 && a.fp8.k_block_scale.data != nullptr;
+  p.fp8_block_scales = fp8 && a.fp8.has_block_scales();
   if (device && target.forward_workspace) {
     FA3_RETURN_IF_ERROR(check_caller_workspace(a.workspace, a.workspace_bytes, target.forward_workspace(p, a.q.dtype),
                                                "fa3::forward_workspace_size", target));

@@ -30,13 +30,12 @@ struct NoScales {
   __device__ float v_out(float) const { return 1.f; }
 };
 
-// Tiles whose key blocks do not divide the scale's rows (kFp8BlockRows) cannot take k's
-// and v's block scales; the dispatcher runs calls with block scales on other tiles
-// (fwd_takes_fp8_block_scales), and these read none.
+// Tiles whose query or key blocks do not divide the scale's rows (kFp8BlockRows) cannot
+// take block scales; the dispatcher runs calls with block scales on other tiles
+// (FwdKernelEntry::takes_fp8_block_scales), and these read none.
 template <int kBlockM, int kBlockN>
 struct Fp8TileScales {
-  static_assert(kFp8BlockRows % kBlockM == 0, "one q block scale per tile: block_m divides the scale's rows");
-  static constexpr bool kKvBlockScales = kFp8BlockRows % kBlockN == 0;
+  static constexpr bool kBlockScales = kFp8BlockRows % kBlockM == 0 && kFp8BlockRows % kBlockN == 0;
   static constexpr bool kOn = true;
   float qk_factor = 1.f;  // q's scale of the tile times k's descale
   float v_descale = 1.f;
@@ -46,11 +45,13 @@ struct Fp8TileScales {
 
   __device__ Fp8TileScales(const FwdParams& p, TileCoord tile) {
     const int head_kv = tile.head / (p.nheads_q / p.nheads_kv);
-    const float q = at(p.q_descale, tile.batch, head_kv) *
-                    at(p.q_block_scale, tile.batch, tile.head, tile.m_block * kBlockM / kFp8BlockRows);
+    float q = at(p.q_descale, tile.batch, head_kv);
+    if constexpr (kBlockScales) {
+      q *= at(p.q_block_scale, tile.batch, tile.head, tile.m_block * kBlockM / kFp8BlockRows);
+    }
     qk_factor = q * at(p.k_descale, tile.batch, head_kv);
     v_descale = at(p.v_descale, tile.batch, head_kv);
-    if (kKvBlockScales && p.k_block_scale.ptr != nullptr) {
+    if (kBlockScales && p.k_block_scale.ptr != nullptr) {
       k_blocks =
           p.k_block_scale.ptr + tile.batch * p.k_block_scale.batch_stride + head_kv * p.k_block_scale.head_stride;
       v_blocks =

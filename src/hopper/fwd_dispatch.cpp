@@ -151,7 +151,7 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype,
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
     if (k.dtype == dtype && k.out_dtype == out_dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v &&
-        k.mask == fwd_mask_kind(p, dims.qk) && (!p.fp8_kv_block_scales || k.takes_fp8_block_scales())) {
+        k.mask == fwd_mask_kind(p, dims.qk) && (!p.fp8_block_scales || k.takes_fp8_block_scales())) {
       out.push_back(&k);
     }
   }

@@ -28,8 +28,8 @@ struct FwdKernelEntry {
   // The tile, "MxN", with the suffixes of the build's tile list ("-or", "-kv3", "-q1"
   // ...) when it forced a choice: unique among the kernels of one problem kind.
   std::string name() const;
-  // Whether an e4m3 kernel can take k's and v's block scales (Fp8Args): one scale per key
-  // block needs key blocks that divide the scale's rows (hopper/fp8_scales.cuh).
+  // Whether an e4m3 kernel can take block scales (Fp8Args): one scale per query block
+  // and per key block needs blocks that divide the scale's rows (hopper/fp8_scales.cuh).
   bool takes_fp8_block_scales() const;
 };
 

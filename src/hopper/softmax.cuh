@@ -54,7 +54,7 @@ struct OnlineSoftmax {
   // place: weights then stay below 2^(kLog2Shift + kMaxGrowthLog2).
   static constexpr float kMaxGrowthLog2 = kLog2Shift == 0 ? 8.f : kE4m3MaxLog2 - kLog2Shift;
   static_assert(kMaxGrowthLog2 > 0.f, "the shift leaves no room below e4m3's largest value");
-  float row_max[kRows];  // reference max of raw scores (see above); -inf while a row has seen nothing
+  float row_max[kRows];  // reference max of raw (kScaled: block-scaled) scores; -inf while a row has seen nothing
   float row_sum[kRows];  // this thread's partial sum of exp2(...) relative to row_max
   float scale_log2;
 

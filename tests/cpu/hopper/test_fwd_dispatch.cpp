@@ -265,10 +265,10 @@ TEST(FwdDispatch, E4m3CallsRunTheFp8KernelsOfTheirOutDtype) {
   if (fp8_kernels == 0) GTEST_SKIP() << "no FP8 kernels built (FA3_GPU_FP8)";
 }
 
-// k's and v's block scales give one scale per 128 keys, which a tile reads once per key
-// block: calls with them run only on tiles whose key blocks divide 128 (not on a wider
-// FP8 tile such as FlashAttention-3's 128x224, FA3_FP8_FWD_TILES_128); calls without
-// them may run on any tile of the build.
+// Block scales give one scale per 128 rows of q, k and v, which a tile reads once per
+// query block and once per key block: calls with them run only on tiles whose blocks
+// divide 128 (not on a wider FP8 tile such as FlashAttention-3's 128x224 or 192x160,
+// FA3_FP8_FWD_TILES_<hdim>); calls without them may run on any tile of the build.
 TEST(FwdDispatch, Fp8BlockScalesRunOnTilesWhoseBlocksDivideTheirRows) {
   const auto entry = [](int block_m, int block_n) {
     FwdKernelEntry k{};
@@ -288,7 +288,7 @@ TEST(FwdDispatch, Fp8BlockScalesRunOnTilesWhoseBlocksDivideTheirRows) {
     Problem p = problem(k.head_dim, k.mask == MaskKind::kCausal, 1000, 1000);
     const std::vector<const FwdKernelEntry*> any = fwd_candidates(p, DType::kFloat8E4M3, k.out_dtype);
     EXPECT_NE(std::find(any.begin(), any.end(), &k), any.end()) << "a call without block scales may take any tile";
-    p.fp8_kv_block_scales = true;
+    p.fp8_block_scales = true;
     const std::vector<const FwdKernelEntry*> scaled = fwd_candidates(p, DType::kFloat8E4M3, k.out_dtype);
     for (const FwdKernelEntry* e : scaled) EXPECT_TRUE(e->takes_fp8_block_scales()) << e->name();
     EXPECT_EQ(std::find(scaled.begin(), scaled.end(), &k) != scaled.end(), k.takes_fp8_block_scales());
