@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kBwdPreThreads) bwd_preprocess(const __grid_co
   // Rows in rounds of at most four per thread: eight (head dims above 128) took 160
   // registers a thread, one CTA an SM.
   constexpr int kRound = kPasses < 4 ? kPasses : 4;
+  static_assert(kPasses % kRound == 0, "whole rounds: a partial one would reach the next block's rows");
   CUTE_UNROLL
   for (int first = 0; first < kPasses; first += kRound) {
     uint4 o[kRound], g[kRound];
