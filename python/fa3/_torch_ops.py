@@ -70,10 +70,19 @@ def _forward_workspace(q, k, v, out, lse, options):
     return cached_workspace(_C.forward_workspace_size, q.device, q, k, v, out, lse, **options)
 
 
+# The current stream's raw handle on a device, without the torch.cuda.Stream object
+# that torch.cuda.current_stream builds on every call (a private function of torch's,
+# which its compiler's generated code calls for the same purpose; absent, the public
+# accessor is used).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _placement(t):
     """Where the extension runs the call: the caller's current stream on the
     tensor's GPU, or torch's intra-op thread count on the CPU."""
     if t.device.type == "cuda":
+        if _raw_stream is not None:
+            return {"stream": _raw_stream(t.device.index)}
         return {"stream": torch.cuda.current_stream(t.device).cuda_stream}
     return {"num_threads": torch.get_num_threads()}
 

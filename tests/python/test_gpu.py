@@ -127,6 +127,17 @@ def test_runs_on_the_current_stream():
     assert torch.equal(out, expected)
 
 
+def test_calls_take_the_current_streams_handle():
+    q = torch.zeros(1, device="cuda")
+    assert _torch_ops._placement(q) == {"stream": torch.cuda.current_stream().cuda_stream}
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert _torch_ops._placement(q) == {"stream": side.cuda_stream}
+    if torch.cuda.device_count() > 1:
+        other = torch.zeros(1, device="cuda:1")
+        assert _torch_ops._placement(other) == {"stream": torch.cuda.current_stream(1).cuda_stream}
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_tensors_on_another_device():
     q, k, v = (t.to("cuda:1") for t in make_qkv(1, 256, 256, 4, 4, BUILT_HEAD_DIMS[0], BUILT_DTYPES[0]))
