@@ -83,7 +83,7 @@ constexpr bool fwd_carries_varlen(int head_dim, bool general_mask) {
 // and the softmax references move lazily, as the 16-bit kernels' do, with a growth
 // bound that keeps the shifted e4m3 P in range (hopper/softmax.cuh). Calls with block
 // scales still rescale O at every key block, for V's scales (hopper/fp8_scales.cuh).
-// Read from SASS: the hdim 128 kernel's step without a mask issued about 9.4
+// Read from SASS: the hdim 128 kernel's step without a mask issued about 9.3
 // instructions per score, one multiply for k's scale and one for O's rescale among them,
 // where FlashAttention-3's FP8 kernel issues 6.1 (docs/perf-log.md).
 #ifdef FA3_FP8_LEAN_SOFTMAX
