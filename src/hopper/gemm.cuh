@@ -37,6 +37,13 @@ __device__ __forceinline__ void gemm_ab(TiledMma& mma, const TA& a, const TB& b,
   }
 }
 
+// Row block `slice` of a fragment whose MMA_M mode holds several (MMA, 1, MMA_K or MMA_N).
+template <class T>
+__device__ __forceinline__ auto row_block(T&& t, int slice) {
+  using namespace cute;
+  return make_tensor(t(_, slice, _).data(), make_layout(layout<0>(t), Layout<_1>{}, layout<2>(t)));
+}
+
 // gemm_async restricted to row block `slice` of A's MMA_M mode (A holds kSlices of
 // them, one per slice) into `c`, an accumulator of one row block: a GEMM issued in
 // slices keeps only a slice's accumulators live at a time.
@@ -47,8 +54,7 @@ __device__ __forceinline__ void gemm_async_slice(TiledMma& mma, const TA& a, con
     gemm_async<kZeroInit>(mma, a, b, c);
   } else {
     static_assert(decltype(size<1>(a))::value == kSlices, "one MMA row block per slice");
-    Tensor rows = make_tensor(a(_, slice, _).data(), make_layout(layout<0>(a), Layout<_1>{}, layout<2>(a)));
-    gemm_async<kZeroInit>(mma, rows, b, c);
+    gemm_async<kZeroInit>(mma, row_block(a, slice), b, c);
   }
 }
 
@@ -61,9 +67,8 @@ __device__ __forceinline__ void gemm_async_rows(TiledMma& mma, const TA& a, cons
   using namespace cute;
   static_assert(decltype(size<1>(a))::value == kSlices && decltype(size<1>(c))::value == kSlices,
                 "one MMA row block per slice, in A and in C");
-  Tensor a_rows = make_tensor(a(_, kSlice, _).data(), make_layout(layout<0>(a), Layout<_1>{}, layout<2>(a)));
-  Tensor c_rows = make_tensor(c(_, kSlice, _).data(), make_layout(layout<0>(c), Layout<_1>{}, layout<2>(c)));
-  gemm_async<kZeroInit>(mma, a_rows, b, c_rows);
+  Tensor c_rows = row_block(c, kSlice);
+  gemm_async<kZeroInit>(mma, row_block(a, kSlice), b, c_rows);
 }
 
 // The fragment of `t` as the A operand (kAsA) or the B operand of `thr`'s MMA.
