@@ -72,14 +72,17 @@
 // and out = acc / sum. As in any online softmax, a weight is formed (and so rounded)
 // against the row's running max when its key block is processed, so the rounding of P
 // depends on the key tile (64 keys on the CPU path): the kernel is held to the FP8
-// accuracy rule against this oracle, not to bitwise equality. fa3::cpu runs FP8 calls
-// (not varlen). fa3::forward runs them in a build with the FP8 kernels
+// accuracy rule against this oracle, not to bitwise equality. fa3::cpu runs FP8 calls,
+// varlen ones too: their scales are per sequence (Fp8Args). fa3::forward runs them in a
+// build with the FP8 kernels
 // (BuildInfo::gpu_fp8, the FA3_GPU_FP8 option; kNotSupported naming q otherwise): head
 // dims up to 256, plain and causal masks (no window, softcap or chunk), block_rows 128,
 // with block scales finite and > 0 (as fp8::quantize writes them), out bf16 or fp16 as
-// built (FA3_DTYPES). As FP8 wgmma reads V with its keys contiguous, the call first
-// writes V transposed into the caller's workspace (ForwardArgs::workspace, of
-// forward_workspace_size() bytes).
+// built (FA3_DTYPES); varlen ones only in a build with FA3_GPU_FP8_VARLEN
+// (BuildInfo::gpu_fp8_varlen; kNotSupported naming q otherwise). As FP8 wgmma reads V
+// with its keys contiguous, the call first writes V transposed into the caller's
+// workspace (ForwardArgs::workspace, of forward_workspace_size() bytes; a varlen call's
+// holds every sequence's keys and 272 more per sequence).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -130,7 +133,9 @@ struct Fp8Args {
   // Block quantization: one scale per block of block_rows consecutive rows of one
   // (batch, head): q_block_scale (batch, nheads_q, ceil(seqlen_q / block_rows)),
   // k_block_scale and v_block_scale (batch, nheads_kv, ceil(seqlen_k / block_rows)); the
-  // last block may be short. All three or none.
+  // last block may be short. All three or none. In a varlen call batch counts the
+  // sequences, the blocks start at each sequence's first row, and seqlen_q / seqlen_k
+  // are max_seqlen_q / max_seqlen_k (a shorter sequence leaves its last scales unread).
   TensorView q_block_scale;
   TensorView k_block_scale;
   TensorView v_block_scale;

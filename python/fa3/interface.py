@@ -228,6 +228,8 @@ def flash_attn_varlen_func(
     sm_margin=0,
     return_attn_probs=False,
     sinks=None,
+    block_scales=None,
+    block_rows=128,
 ):
     """flash_attn_func on a batch of sequences of different lengths, packed without padding.
 
@@ -255,9 +257,18 @@ def flash_attn_varlen_func(
     GPU and are not checked there: their values (offsets, lengths, max_seqlen at least the
     longest sequence) are the caller's contract, as in FlashAttention-3. Not supported
     either (NotImplementedError):
-    qv, q/k/v_descale, num_splits > 1, pack_gqa=True, sm_margin != 0.
+    qv, num_splits > 1, pack_gqa=True, sm_margin != 0.
+
+    FP8 (forward only): q, k, v in torch.float8_e4m3fn give out in bfloat16, as in
+    flash_attn_func, with scales per sequence: q/k/v_descale float32 (batch, nheads_k),
+    and block_scales = (q_scale, k_scale, v_scale) with one float32 scale per block of
+    block_rows rows counted from each sequence's first row, q_scale (batch, nheads,
+    ceil(max_seqlen_q / block_rows)), k_scale and v_scale (batch, nheads_k,
+    ceil(max_seqlen_k / block_rows)). CPU tensors run on fa3's CPU path; CUDA tensors in
+    an extension built with FA3_GPU_FP8_VARLEN (fa3.build_info()["gpu_fp8_varlen"]),
+    else they raise NotImplementedError naming q.
     """
-    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin)
+    _checks.reject_unsupported(qv, None, None, None, num_splits, pack_gqa, sm_margin)
     chunk = _checks.attention_chunk_arg(attention_chunk)
     _checks.check_qkv(q, k, v, packed=True)
     _checks.check_varlen_indices(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
@@ -266,6 +277,14 @@ def flash_attn_varlen_func(
     max_k = _checks.max_seqlen_arg("max_seqlen_k", max_seqlen_k)
     scale = _checks.softmax_scale_arg(softmax_scale)
     is_causal, window_left, window_right = _checks.mask_args(causal, window_size, max_q, max_k)
+    fp8_scales = _checks.fp8_scales(q, q_descale, k_descale, v_descale, block_scales)
+    if q.dtype == torch.float8_e4m3fn or fp8_scales is not None:
+        out, softmax_lse = _torch_fp8_ops.varlen_forward_fp8(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_q, max_k, sinks,
+            *(fp8_scales or (None,) * 6), int(block_rows), scale, is_causal, window_left, window_right,
+            float(softcap), chunk
+        )
+        return (out, softmax_lse) if return_attn_probs else out
     out, softmax_lse = _torch_varlen_ops.forward(
         q,
         k,

@@ -60,6 +60,8 @@ ValidationTarget gpu_target() {
   // kernels read one block scale per 128-row tile (fa3/attention.h's Fp8Args).
   t.supports_fp8 = hopper::fwd_fp8_enabled();
   t.fp8_block_rows = hopper::kFp8BlockRows;
+  // And varlen e4m3 calls where the build switches them on (hopper::fwd_fp8_varlen_enabled).
+  t.supports_fp8_varlen = hopper::fwd_fp8_varlen_enabled();
   t.locate = locate_device_pointer;
   t.forward_workspace = hopper::fwd_workspace_bytes;
   // forward_with_kvcache runs on its own kernels once the build switches them on
@@ -122,6 +124,7 @@ ValidationTarget cpu_target() {
   t.supports_chunk = true;
   t.supports_varlen = true;
   t.supports_fp8 = true;
+  t.supports_fp8_varlen = true;
   return t;
 }
 

@@ -99,14 +99,17 @@ Status check_fp8_scales(const ForwardArgs& a, const Problem& p, const Validation
     }
   }
   if (f.block_rows < 1) return invalid(cat("block_rows must be >= 1, got ", f.block_rows));
+  // A varlen call's blocks start at each sequence's first row, and p's lengths are the
+  // max_seqlen bounds: (sequence, head, block of that sequence).
   const std::int64_t q_shape[3] = {p.batch, p.nheads_q, blocks(p.seqlen_q, f.block_rows)};
   const std::int64_t kv_shape[3] = {p.batch, p.nheads_kv, blocks(p.seqlen_k, f.block_rows)};
-  FA3_RETURN_IF_ERROR(check_scale("q_block_scale", f.q_block_scale, q_shape, 3,
-                                  "(batch, nheads_q, ceil(seqlen_q / block_rows))", target));
-  FA3_RETURN_IF_ERROR(check_scale("k_block_scale", f.k_block_scale, kv_shape, 3,
-                                  "(batch, nheads_kv, ceil(seqlen_k / block_rows))", target));
-  FA3_RETURN_IF_ERROR(check_scale("v_block_scale", f.v_block_scale, kv_shape, 3,
-                                  "(batch, nheads_kv, ceil(seqlen_k / block_rows))", target));
+  const char* q_dims = p.varlen ? "(batch, nheads_q, ceil(max_seqlen_q / block_rows))"
+                                : "(batch, nheads_q, ceil(seqlen_q / block_rows))";
+  const char* kv_dims = p.varlen ? "(batch, nheads_kv, ceil(max_seqlen_k / block_rows))"
+                                 : "(batch, nheads_kv, ceil(seqlen_k / block_rows))";
+  FA3_RETURN_IF_ERROR(check_scale("q_block_scale", f.q_block_scale, q_shape, 3, q_dims, target));
+  FA3_RETURN_IF_ERROR(check_scale("k_block_scale", f.k_block_scale, kv_shape, 3, kv_dims, target));
+  FA3_RETURN_IF_ERROR(check_scale("v_block_scale", f.v_block_scale, kv_shape, 3, kv_dims, target));
   return Status::ok();
 }
 
@@ -117,13 +120,14 @@ Status check_fp8_supported(const ForwardArgs& a, const ValidationTarget& target)
     return unsupported(cat("block_rows: ", a.fp8.block_rows, " is not supported", where, "; its FP8 kernel reads one ",
                            "scale per ", target.fp8_block_rows, " rows"));
   }
-  if (a.varlen.enabled()) {
-    return unsupported(std::string("q: e4m3 inputs in a varlen call are not implemented") + where + " yet");
-  }
   if (!target.supports_fp8) {
     return unsupported(std::string("q: dtype e4m3 (FP8) is not supported") + where + " yet" +
                        (on_device(target) ? ": the FP8 kernel does not exist (fa3::cpu::forward runs e4m3 inputs)"
                                           : ""));
+  }
+  if (a.varlen.enabled() && !target.supports_fp8_varlen) {
+    return unsupported(std::string("q: e4m3 inputs in a varlen call are not supported") + where +
+                       (on_device(target) ? " in this build (FA3_GPU_FP8_VARLEN; fa3::cpu::forward runs them)" : ""));
   }
   return Status::ok();
 }

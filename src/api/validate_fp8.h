@@ -17,9 +17,9 @@ Status check_fp8_dtypes(const ForwardArgs& args);
 // and on a device target where they live.
 Status check_fp8_scales(const ForwardArgs& args, const Problem& p, const ValidationTarget& target);
 
-// What a target refuses of a valid FP8 call (the block size its kernel reads, varlen,
-// e4m3 itself), after every rule on the arguments themselves, so that a call that is
-// wrong anyway says what is wrong. The refusal of e4m3 comes last of all.
+// What a target refuses of a valid FP8 call (the block size its kernel reads, e4m3
+// itself, e4m3 in a varlen call), after every rule on the arguments themselves, so that
+// a call that is wrong anyway says what is wrong.
 Status check_fp8_supported(const ForwardArgs& args, const ValidationTarget& target);
 
 }  // namespace fa3

@@ -41,6 +41,18 @@ FA3_HOST_DEVICE constexpr int fp8_p_source(int a) {
 // Vᵀ's keys are padded to a whole number of these (zeros past seqlen_k).
 inline constexpr int kFp8VtKeyAlign = 128;
 
+// A varlen call's Vᵀ holds its sequences one after another along the keys: sequence b
+// from column fp8_vt_seq_start(cu_seqlens_k[b], b), a multiple of 16 (16 bytes), its
+// 16-key groups counted from there. Past its used keys (seqused_k[b], or all of its
+// keys) come kFp8VtTail zero columns, so that its last key block, at most that wide,
+// reads zeros there and never the next sequence's keys: rounding the start up to 16
+// keys takes up to 15 columns of the kFp8VtSeqPad each sequence adds.
+inline constexpr int kFp8VtTail = 256;
+inline constexpr int kFp8VtSeqPad = kFp8VtTail + 16;
+FA3_HOST_DEVICE constexpr long long fp8_vt_seq_start(long long offset_k, long long batch) {
+  return (offset_k + 15) / 16 * 16 + batch * kFp8VtSeqPad;
+}
+
 }  // namespace fa3::hopper
 
 #undef FA3_HOST_DEVICE

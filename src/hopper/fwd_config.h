@@ -65,17 +65,28 @@ inline constexpr bool kVarlenKernels = true;
 inline constexpr bool kVarlenKernels = false;
 #endif
 
+// Whether varlen calls with e4m3 inputs run on the FP8 kernels: only in a build with
+// FA3_GPU_FP8_VARLEN (which needs FA3_GPU_VARLEN), off until they have run on a GPU.
+#ifdef FA3_GPU_FP8_VARLEN
+inline constexpr bool kFp8VarlenKernels = kVarlenKernels;
+#else
+inline constexpr bool kFp8VarlenKernels = false;
+#endif
+
 // Whether the forward kernels of QK head dim `head_dim` and one mask family are the ones
-// that carry the varlen paths. Those of head dim 64 with tuned plain and causal kernels
-// run at the register limit (four consumer warpgroups at 112 registers, three at 160):
-// the varlen paths made them spill 52-84 bytes and cost fixed-length calls 5-12 %
-// (docs/perf-log.md). There only the general kernel carries them, and varlen calls of
-// head dim 64 run on it (fwd_dispatch.cpp); every other kernel carries them at no
-// measured cost.
-constexpr bool fwd_family_carries_varlen(int head_dim, bool general_mask) { return general_mask || head_dim > 64; }
+// that carry the varlen paths. The 16-bit ones of head dim 64 with tuned plain and
+// causal kernels run at the register limit (four consumer warpgroups at 112 registers,
+// three at 160): the varlen paths made them spill 52-84 bytes and cost fixed-length
+// calls 5-12 % (docs/perf-log.md). There only the general kernel carries them, and
+// varlen calls of head dim 64 run on it (fwd_dispatch.cpp); every other kernel carries
+// them at no measured cost. The FP8 kernels have no general family: with
+// kFp8VarlenKernels those of head dim 64 (two consumer warpgroups) carry them too.
+constexpr bool fwd_family_carries_varlen(int head_dim, bool general_mask, bool fp8 = false) {
+  return general_mask || head_dim > 64 || (fp8 && kFp8VarlenKernels);
+}
 // Whether such a kernel carries them in this build.
-constexpr bool fwd_carries_varlen(int head_dim, bool general_mask) {
-  return kVarlenKernels && fwd_family_carries_varlen(head_dim, general_mask);
+constexpr bool fwd_carries_varlen(int head_dim, bool general_mask, bool fp8 = false) {
+  return kVarlenKernels && fwd_family_carries_varlen(head_dim, general_mask, fp8);
 }
 
 // The FP8 kernels' lean softmax (FA3_FP8_LEAN_SOFTMAX, off until it has run on a GPU):

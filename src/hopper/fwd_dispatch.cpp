@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "common/status_macros.h"
@@ -33,12 +34,13 @@ namespace {
 }
 bool is_fp8(const FwdKernelEntry& k) { return k.dtype == DType::kFloat8E4M3; }
 
-// The kernel family that runs a call on the kernels of QK head dim `head_dim`: its mask
-// kind's, except that a varlen call needs a family that carries the varlen paths, the
-// general one where the tuned plain and causal kernels do not (fwd_family_carries_varlen).
-MaskKind fwd_mask_kind(const Problem& p, int head_dim) {
+// The kernel family that runs a call on the kernels of QK head dim `head_dim` (FP8 ones
+// with `fp8`): its mask kind's, except that a varlen call needs a family that carries the
+// varlen paths, the general one where the tuned plain and causal kernels do not
+// (fwd_family_carries_varlen).
+MaskKind fwd_mask_kind(const Problem& p, int head_dim, bool fp8 = false) {
   const MaskKind kind = mask_kind(p);
-  if (p.varlen && !fwd_family_carries_varlen(head_dim, kind == MaskKind::kGeneral)) return MaskKind::kGeneral;
+  if (p.varlen && !fwd_family_carries_varlen(head_dim, kind == MaskKind::kGeneral, fp8)) return MaskKind::kGeneral;
   return kind;
 }
 
@@ -151,7 +153,7 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype,
   std::vector<const FwdKernelEntry*> out;
   for (const FwdKernelEntry& k : fwd_kernels()) {
     if (k.dtype == dtype && k.out_dtype == out_dtype && k.head_dim == dims.qk && k.head_dim_v == dims.v &&
-        k.mask == fwd_mask_kind(p, dims.qk) && (!p.fp8_block_scales || k.takes_fp8_block_scales())) {
+        k.mask == fwd_mask_kind(p, dims.qk, is_fp8(k)) && (!p.fp8_block_scales || k.takes_fp8_block_scales())) {
       out.push_back(&k);
     }
   }
@@ -170,6 +172,8 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype,
 }
 
 bool fwd_varlen_enabled() { return kVarlenKernels; }
+
+bool fwd_fp8_varlen_enabled() { return fwd_fp8_enabled() && kFp8VarlenKernels; }
 
 bool fwd_fp8_enabled() {
 #ifdef FA3_GPU_FP8
@@ -279,14 +283,20 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   set_mask_params(p, &f);
   if (a.q.dtype == DType::kFloat8E4M3) {
     set_fp8_scales(a.fp8, &f);
-    f.vt_keys = fp8_vt_keys(f.seqlen_k);
+    f.vt_keys = static_cast<int>(std::min<std::int64_t>(fp8_vt_keys(p), INT32_MAX));
   }
   f.num_sms = num_sms;
   return f;
 }
 
 // Runs `kernel` on an FP8 call: Vᵀ into the caller's workspace, then the kernel.
-Status run_fp8(const FwdKernelEntry& kernel, FwdParams params, void* workspace, cudaStream_t stream) {
+Status run_fp8(const Problem& p, const FwdKernelEntry& kernel, FwdParams params, void* workspace,
+               cudaStream_t stream) {
+  // Vᵀ's columns are ints in the kernels, a varlen call's sequences padded (fp8_vt.h).
+  if (fp8_vt_keys(p) > INT32_MAX) {
+    return {StatusCode::kInvalidArgument, "k: too many keys for V's transpose: " + std::to_string(fp8_vt_keys(p)) +
+                                              " columns with the sequences' padding, at most 2^31 - 1"};
+  }
   const cudaError_t err = launch_fp8_transpose_v(params, workspace, stream);
   if (err != cudaSuccess) {
     return {StatusCode::kCudaError, std::string("FP8 forward: transpose of V: ") + cudaGetErrorString(err)};
@@ -348,10 +358,10 @@ Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStre
     return run_forward_sliced(p, a, widest_v, num_sms, stream);
   }
   const std::vector<const FwdKernelEntry*> candidates = fwd_candidates(p, a.q.dtype, a.out.dtype);
-  const int kernel_head_dim = fwd_kernel_head_dims(p.head_dim, p.head_dim_v, a.q.dtype == DType::kFloat8E4M3).qk;
-  const std::string mask = mask_kind_name(fwd_mask_kind(p, kernel_head_dim));
-  const std::string dtype = a.q.dtype == DType::kFloat8E4M3
-                                ? std::string(dtype_name(a.q.dtype)) + " (out " + dtype_name(a.out.dtype) + ")"
+  const bool fp8 = a.q.dtype == DType::kFloat8E4M3;
+  const int kernel_head_dim = fwd_kernel_head_dims(p.head_dim, p.head_dim_v, fp8).qk;
+  const std::string mask = mask_kind_name(fwd_mask_kind(p, kernel_head_dim, fp8));
+  const std::string dtype = fp8 ? std::string(dtype_name(a.q.dtype)) + " (out " + dtype_name(a.out.dtype) + ")"
                                 : std::string(dtype_name(a.q.dtype));
   const std::string dims = p.head_dim_v == p.head_dim ? "head dim " + std::to_string(p.head_dim)
                                                       : "head dims (q/k, v) (" + std::to_string(p.head_dim) + ", " +
@@ -372,8 +382,7 @@ Status run_forward(const Problem& p, const ForwardArgs& a, int num_sms, cudaStre
     chosen = *it;
   }
   const FwdParams params = make_fwd_params(p, a, num_sms);
-  if (a.q.dtype == DType::kFloat8E4M3) return run_fp8(*chosen, params, a.workspace, stream);
-  const Status launched = chosen->launch(params, stream);
+  const Status launched = fp8 ? run_fp8(p, *chosen, params, a.workspace, stream) : chosen->launch(params, stream);
   if (!launched.is_ok()) return launched;
   // A varlen call's rows of no sequence (hopper/varlen_rows.h); nothing otherwise.
   return launch_clear_unused_rows(params, static_cast<int>(dtype_size(a.out.dtype)), stream);

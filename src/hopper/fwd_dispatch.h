@@ -67,6 +67,10 @@ bool fwd_varlen_enabled();
 // option (on by default; tests/gpu/hopper/test_fwd_fp8.cpp).
 bool fwd_fp8_enabled();
 
+// Whether varlen calls with e4m3 inputs run on them too: the build's FA3_GPU_FP8_VARLEN
+// option, off until they have run on a GPU (tests/gpu/hopper/test_fwd_fp8_varlen.cpp).
+bool fwd_fp8_varlen_enabled();
+
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.
 // A varlen call's index tensors stay in device memory: the kernels read them.
 FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms);

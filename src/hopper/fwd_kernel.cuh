@@ -193,9 +193,10 @@ struct FwdKernel {
   // are the next sequence's, or rows no sequence uses, and may hold anything, NaN
   // included, where a fixed-length call's are TMA's zero fill. Their probabilities are
   // 0, but 0 times NaN is NaN; the consumers clear them (FwdConsumer::mma_tile). Returns
-  // how many of the block's keys are the sequence's (kBlockN: nothing to clear).
+  // how many of the block's keys are the sequence's (kBlockN: nothing to clear). An FP8
+  // kernel's Vᵀ has zeros there already (hopper/fp8_layout.h's kFp8VtTail).
   __device__ static int v_rows_to_clear(const FwdParams& p, const SeqBounds& seq, BlockRange keys) {
-    if (!is_varlen<Traits::kVarlen>(p) || keys.end <= keys.begin) return Traits::kBlockN;
+    if (Traits::kFp8 || !is_varlen<Traits::kVarlen>(p) || keys.end <= keys.begin) return Traits::kBlockN;
     const int valid = seq.seqlen_k - (keys.end - 1) * Traits::kBlockN;
     return valid < Traits::kBlockN ? valid : Traits::kBlockN;
   }

@@ -58,7 +58,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
   constexpr FwdConfig kCfg = [] {
     FwdConfig c = fwd_config(kHeadDim, kHeadDimV, kTile, sizeof_bits_v<Element> / 8);
-    c.varlen = fwd_carries_varlen(kHeadDim, Mask::kGeneral);
+    c.varlen = fwd_carries_varlen(kHeadDim, Mask::kGeneral, sizeof_bits_v<Element> == 8);
     return c;
   }();
   static_assert(kCfg.cluster_m == 1 || !Mask::kCausal, "causal query blocks differ in key blocks: no shared loads");

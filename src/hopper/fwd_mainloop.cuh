@@ -14,6 +14,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "hopper/barriers.cuh"
+#include "hopper/fp8_layout.h"
 #include "hopper/fp8_scales.cuh"
 #include "hopper/fragment.cuh"
 #include "hopper/gemm.cuh"
@@ -138,6 +139,15 @@ struct FwdProducer {
     }
   }
 
+  // The first key of the tile's sequence in V as the kernel reads it: K's, except in a
+  // varlen call's Vᵀ (FP8), whose sequences start apart (hopper/fp8_layout.h).
+  __device__ __forceinline__ static int vt_offset(const FwdParams& p, const SeqBounds& seq, int batch) {
+    if constexpr (Traits::kFp8) {
+      if (is_varlen<Traits::kVarlen>(p)) return static_cast<int>(fp8_vt_seq_start(seq.offset_k, batch));
+    }
+    return seq.offset_k;
+  }
+
   // Calls fn with the TMA-partitioned (global, shared) tensors of K and V for `tile`,
   // whose keys start at the sequence's offset (a varlen call's, else 0).
   template <class Params, class Fn>
@@ -161,8 +171,8 @@ struct FwdProducer {
 
     Tensor mVt = params.tma_v.get_tma_tensor(
         make_shape(p.head_dim_v, k_rows<Traits::kVarlen>(p), p.nheads_kv, tensor_batches<Traits::kVarlen>(p)));
-    Tensor gVt = local_tile(domain_offset(make_coord(_0{}, seq.offset_k), mVt(_, _, head_kv, batch)), Shape<DV, BN>{},
-                            make_coord(_0{}, _));  // (DV, BN, n)
+    Tensor gVt = local_tile(domain_offset(make_coord(_0{}, vt_offset(p, seq, tile.batch)), mVt(_, _, head_kv, batch)),
+                            Shape<DV, BN>{}, make_coord(_0{}, _));  // (DV, BN, n)
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
     auto [tVgV, tVsV] = tma_partition(params.tma_v, rank, cluster, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
 

@@ -12,6 +12,7 @@
 
 #include <type_traits>
 
+#include "hopper/fp8_layout.h"
 #include "hopper/fwd_config.h"
 #include "hopper/pipeline.cuh"
 #include "hopper/tile_scheduler.cuh"
@@ -184,6 +185,7 @@ struct FwdTraits {
                     kConsumerWGs * kOElemsPerWG * sizeof(ElementOut) <= cute::cosize_v<SmemLayoutQ> * sizeof(Element),
                 "O's rows fit in Q's buffer");
   static_assert(!kFp8 || !kCfg.q_registers, "e4m3 Q·Kᵀ reads Q from shared memory");
+  static_assert(!kFp8 || kBlockN <= kFp8VtTail, "a varlen sequence's last key block reads only Vᵀ's zeros past it");
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the Hopper limit");
 };

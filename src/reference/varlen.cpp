@@ -66,8 +66,30 @@ void place_lse(const std::vector<double>& part, std::int64_t start, std::int64_t
   }
 }
 
+// Entry b of a view's first (batch) dimension, as a batch of one; an undefined view
+// stays undefined.
+TensorView batch_entry(const TensorView& t, std::int64_t b) {
+  if (!t.defined()) return t;
+  TensorView entry = t;
+  entry.shape[0] = 1;
+  advance(entry, b * t.stride[0]);
+  return entry;
+}
+
+// The FP8 scales of sequence b: its row of each (batch, ...) scale tensor, whose block
+// scales count blocks from the sequence's first row.
+Fp8Args sequence_fp8_args(const Fp8Args& f, std::int64_t b) {
+  Fp8Args seq = f;
+  for (TensorView* t : {&seq.q_descale, &seq.k_descale, &seq.v_descale, &seq.q_block_scale, &seq.k_block_scale,
+                        &seq.v_block_scale}) {
+    *t = batch_entry(*t, b);
+  }
+  return seq;
+}
+
 ForwardArgs sequence_forward_args(const ForwardArgs& a, const Sequence& s) {
   ForwardArgs seq = a;
+  seq.fp8 = sequence_fp8_args(a.fp8, s.index);
   seq.q = rows_view(a.q, s.q_start, s.q_used);
   seq.k = rows_view(a.k, s.k_start, s.k_used);
   seq.v = rows_view(a.v, s.k_start, s.k_used);
@@ -86,6 +108,7 @@ std::vector<Sequence> varlen_sequences(const VarlenArgs& v) {
   std::vector<Sequence> seqs(static_cast<std::size_t>(batch));
   for (std::int64_t b = 0; b < batch; ++b) {
     Sequence& s = seqs[static_cast<std::size_t>(b)];
+    s.index = b;
     s.q_start = cu_q[b];
     s.q_end = cu_q[b + 1];
     s.q_used = v.seqused_q.defined() ? int32_values(v.seqused_q)[b] : s.q_end - s.q_start;

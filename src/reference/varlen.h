@@ -27,6 +27,7 @@ struct RowRange {
 // One sequence: its query rows and its keys in the packed tensors, `used` of each
 // taking part (seqused, else all of them).
 struct Sequence {
+  std::int64_t index = 0;  // b, its place in the batch (the FP8 scales' first index)
   std::int64_t q_start = 0, q_used = 0, q_end = 0;
   std::int64_t k_start = 0, k_used = 0, k_end = 0;
 };

@@ -231,3 +231,140 @@ def test_gpu_quantize_matches_cpu_bitwise(dtype, head_dim):
         assert torch.equal(a.view(torch.uint8), b.cpu().view(torch.uint8))
     for a, b in zip(cpu[3:6], gpu[3:6]):
         assert torch.equal(a, b.cpu())
+
+
+def packed_fp8(q_lens=(70, 0, 130, 1), k_lens=(90, 5, 200, 0), heads=(4, 2), head_dim=64, block=64, seed=0):
+    """A varlen batch of e4m3 sequences, each quantized on its own by fa3.fp8.quantize
+    (block scales from its first row): the packed codes, the offsets, the block scales
+    padded with ones to the longest sequence's blocks, and each sequence's own
+    Quantized (None for an empty one)."""
+    g = torch.Generator().manual_seed(seed)
+    parts, codes = [], ([], [], [])
+    nblocks_q = -(-max(q_lens) // block)
+    nblocks_k = -(-max(k_lens) // block)
+    scales = (
+        torch.ones(len(q_lens), heads[0], nblocks_q),
+        torch.ones(len(q_lens), heads[1], nblocks_k),
+        torch.ones(len(q_lens), heads[1], nblocks_k),
+    )
+    for b, (sq, sk) in enumerate(zip(q_lens, k_lens)):
+        q = torch.randn(1, max(sq, 1), heads[0], head_dim, generator=g)
+        k = torch.randn(1, max(sk, 1), heads[1], head_dim, generator=g)
+        v = torch.randn(1, max(sk, 1), heads[1], head_dim, generator=g)
+        part = fa3.fp8.quantize(q, k, v, block=block, seed=b)
+        parts.append(part if sq and sk else None)
+        for i, (c, n) in enumerate(zip(part[:3], (sq, sk, sk))):
+            codes[i].append(c[0, :n])
+            scales[i][b, :, : part.block_scales[i].shape[2]] = part.block_scales[i][0]
+    cu_q = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(k_lens).cumsum(0).tolist()], dtype=torch.int32)
+    return tuple(torch.cat(c) for c in codes), cu_q, cu_k, scales, parts
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_varlen_func_runs_fp8_per_sequence(causal):
+    """Each sequence of an e4m3 varlen batch gives exactly what flash_attn_func gives it
+    alone with its own block scales; a sequence without keys gives 0 and lse -inf."""
+    (q, k, v), cu_q, cu_k, scales, parts = packed_fp8()
+    out, lse = fa3.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 130, 200, causal=causal, block_scales=scales, block_rows=64, return_attn_probs=True
+    )
+    assert out.dtype == torch.bfloat16 and out.shape == (q.shape[0], 4, 64) and lse.shape == (4, q.shape[0])
+    for b, part in enumerate(parts):
+        rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        if part is None:
+            assert torch.equal(out[rows], torch.zeros_like(out[rows]))
+            assert (lse[:, rows] == float("-inf")).all()
+            continue
+        want, want_lse = fa3.flash_attn_func(
+            *part[:3], causal=causal, block_scales=part.block_scales, block_rows=64, return_attn_probs=True
+        )
+        assert torch.equal(out[rows], want[0])
+        assert torch.equal(lse[:, rows], want_lse[0])
+
+
+def test_flash_attn_varlen_func_takes_descales_per_sequence():
+    """Descales are (batch, nheads_k): sequence b reads row b. A power of two on one
+    sequence's v_descale scales its rows of out exactly and leaves the others alone."""
+    (q, k, v), cu_q, cu_k, _, _ = packed_fp8()
+    descales = [torch.rand(4, 2, generator=torch.Generator().manual_seed(i)) + 0.5 for i in range(3)]
+    out = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 130, 200, q_descale=descales[0], k_descale=descales[1],
+                                     v_descale=descales[2])
+    doubled = descales[2].clone()
+    doubled[2] *= 2
+    again = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 130, 200, q_descale=descales[0], k_descale=descales[1],
+                                       v_descale=doubled)
+    third = slice(int(cu_q[2]), int(cu_q[3]))
+    assert torch.equal(again[third], 2 * out[third])
+    rest = torch.ones(q.shape[0], dtype=torch.bool)
+    rest[third] = False
+    assert torch.equal(again[rest], out[rest])
+    with pytest.raises(ValueError, match=r"q_descale: shape \(3, 2\) must be \(batch, nheads_kv\) = \(4, 2\)"):
+        fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 130, 200, q_descale=descales[0][:3])
+
+
+def test_fake_shapes_under_fp8_varlen():
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        q = torch.empty(300, 8, 128, dtype=E4M3)
+        k = torch.empty(500, 2, 128, dtype=E4M3)
+        cu = torch.empty(4, dtype=torch.int32)
+        out, lse = fa3.flash_attn_varlen_func(q, k, k, cu, cu, 200, 300, q_descale=torch.empty(3, 2),
+                                              return_attn_probs=True)
+        assert out.shape == (300, 8, 128) and out.dtype == torch.bfloat16 and lse.shape == (8, 300)
+
+
+NO_GPU_FP8_VARLEN = GPU_SKIP is None and not fa3.build_info()["gpu_fp8_varlen"]
+
+
+@pytest.mark.skipif(not NO_GPU_FP8_VARLEN, reason="varlen e4m3 calls run on the GPU (FA3_GPU_FP8_VARLEN)")
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+def test_gpu_refuses_fp8_varlen_by_its_option():
+    (q, k, v), cu_q, cu_k, scales, _ = packed_fp8(block=128)
+    with pytest.raises(NotImplementedError, match="FA3_GPU_FP8_VARLEN"):
+        fa3.flash_attn_varlen_func(*(t.cuda() for t in (q, k, v, cu_q, cu_k)), 130, 200,
+                                   block_scales=tuple(s.cuda() for s in scales))
+
+
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+@pytest.mark.skipif(NO_GPU_FP8_VARLEN, reason="varlen e4m3 calls are off on the GPU (FA3_GPU_FP8_VARLEN)")
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_fp8_varlen_meets_the_accuracy_rule(causal):
+    """CUDA tensors against the CPU path on the same codes and 128-row block scales, per
+    sequence by the FP8 rule (TESTING.md), each sequence's exact attention of its
+    dequantized values as the reference; rows of no sequence 0 and -inf."""
+    (q, k, v), cu_q, cu_k, scales, parts = packed_fp8(q_lens=(300, 0, 129, 7), k_lens=(1000, 5, 128, 0), block=128)
+    out, lse = fa3.flash_attn_varlen_func(
+        *(t.cuda() for t in (q, k, v, cu_q, cu_k)), 300, 1000, causal=causal,
+        block_scales=tuple(s.cuda() for s in scales), return_attn_probs=True
+    )
+    out, lse = out.cpu(), lse.cpu()
+    for b, part in enumerate(parts):
+        rows = slice(int(cu_q[b]), int(cu_q[b + 1]))
+        if part is None:
+            assert torch.equal(out[rows], torch.zeros_like(out[rows]))
+            assert (lse[:, rows] == float("-inf")).all()
+            continue
+        ref_out, ref_lse = fp8_reference(part, causal=causal)
+        assert relative_error(out[rows][None], ref_out) < 4e-2
+        bound = gpu_lse_bound(part, ref_lse.double())
+        assert ((lse[:, rows][None].double() - ref_lse.double()).abs() <= bound).all()
+
+
+def test_opcheck_fp8_ops():
+    """torch.library.opcheck on the FP8 ops: fake implementation, autograd registration,
+    AOT dispatch. Not its schema test, whose check for mutated inputs multiplies them,
+    which torch does not implement for float8_e4m3fn."""
+    (q, k, v), cu_q, cu_k, scales, parts = packed_fp8(block=128)
+    options = (128, 0.125, True, -1, 0, 0.0, 0)
+    descales = tuple(torch.rand(4, 2) + 0.5 for _ in range(3))
+    checks = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(
+        torch.ops.fa3.varlen_fwd_fp8.default,
+        (q, k, v, cu_q, cu_k, None, None, 130, 200, None, *descales, *scales, *options),
+        test_utils=checks,
+    )
+    part = parts[0]
+    torch.library.opcheck(
+        torch.ops.fa3.fwd_fp8.default, (*part[:3], None, None, None, None, *part.block_scales, *options),
+        test_utils=checks,
+    )

@@ -21,7 +21,7 @@ from gpu_support import BUILT_DTYPES, BUILT_HEAD_DIMS, gpu_skip_reason  # noqa: 
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 # FlashAttention-3's hopper/flash_attn_interface.py flash_attn_varlen_func: names, order,
-# defaults; fa3's own keyword `sinks` follows them.
+# defaults; fa3's own keywords (sinks, the FP8 block scales) follow them.
 FA3_VARLEN_SIGNATURE = [
     ("q", inspect.Parameter.empty),
     ("k", inspect.Parameter.empty),
@@ -47,6 +47,8 @@ FA3_VARLEN_SIGNATURE = [
     ("sm_margin", 0),
     ("return_attn_probs", False),
     ("sinks", None),
+    ("block_scales", None),
+    ("block_rows", 128),
 ]
 
 # Query lengths 1, 0, odd ones and one past a 64-row tile; a query sequence without keys
@@ -396,7 +398,6 @@ def test_cuda_backward_of_other_head_dims_is_refused():
     "option, value, names",
     [
         ("qv", "tensor", "qv"),
-        ("q_descale", "tensor", "q_descale"),
         ("num_splits", 2, "num_splits=2"),
         ("pack_gqa", True, "pack_gqa"),
         ("sm_margin", 1, "sm_margin"),

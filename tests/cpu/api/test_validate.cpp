@@ -377,7 +377,22 @@ TEST(Targets, CpuTargetIsHostWithEveryFeature) {
   EXPECT_TRUE(t.supports_softcap);
   EXPECT_TRUE(t.supports_sinks);
   EXPECT_TRUE(t.supports_chunk);
+  EXPECT_TRUE(t.supports_varlen);
+  EXPECT_TRUE(t.supports_fp8);
+  EXPECT_TRUE(t.supports_fp8_varlen);
   EXPECT_FALSE(static_cast<bool>(t.locate));
+}
+
+// Varlen e4m3 calls run on the GPU only in a build whose BuildInfo says so, which needs
+// the FP8 kernels and the varlen paths.
+TEST(Targets, GpuTargetRunsFp8VarlenAsBuilt) {
+  const ValidationTarget t = gpu_target();
+  const BuildInfo& build = build_info();
+  EXPECT_EQ(t.supports_fp8_varlen && build.gpu_kernels, build.gpu_fp8_varlen);
+  if (t.supports_fp8_varlen) {
+    EXPECT_TRUE(t.supports_fp8);
+    EXPECT_TRUE(t.supports_varlen);
+  }
 }
 
 }  // namespace

@@ -245,6 +245,12 @@ TEST(ForwardWorkspaceSize, OnlyFp8CallsHaveOne) {
   EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kFloat16), 0u);
   EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kFloat8E4M3),
             3u * 5u * 64u * static_cast<std::size_t>(hopper::fp8_vt_keys(1000)));
+  // A varlen call's sequences share one Vᵀ per KV head (hopper/fp8_vt.h).
+  p.varlen = true;
+  p.total_k = 2500;
+  EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kBFloat16), 0u);
+  EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kFloat8E4M3),
+            5u * 64u * static_cast<std::size_t>(hopper::fp8_vt_varlen_keys(2500, 3)));
 }
 
 }  // namespace

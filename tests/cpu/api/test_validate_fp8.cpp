@@ -150,14 +150,79 @@ TEST(ValidateFp8, TargetWithoutFp8RefusesLast) {
   EXPECT_EQ(s.message().rfind("q: dtype e4m3 (FP8) is not supported on the GPU yet", 0), 0u) << s.message();
 }
 
-TEST(ValidateFp8, VarlenCallIsRefused) {
-  ValidVarlenArgs valid;
-  ForwardArgs a = valid.forward();
-  for (TensorView* t : {&a.q, &a.k, &a.v}) t->dtype = DType::kFloat8E4M3;
+// ValidVarlenArgs (3 sequences, max_seqlen_q 7, max_seqlen_k 9, 4 query heads on 2 KV
+// heads) in e4m3 with out bf16, every scale given: descales (3, 2), block scales of
+// 128 rows (3, 4, 1) and (3, 2, 1).
+class ValidFp8VarlenArgs {
+ public:
+  ValidFp8VarlenArgs() : descales_(3 * 2 * 3 * sizeof(float)), blocks_((3 * 4 + 2 * 3 * 2) * sizeof(float)) {}
+
+  ForwardArgs forward() {
+    ForwardArgs a = valid_.forward();
+    for (TensorView* t : {&a.q, &a.k, &a.v}) t->dtype = DType::kFloat8E4M3;
+    float* d = reinterpret_cast<float*>(descales_.data());
+    float* b = reinterpret_cast<float*>(blocks_.data());
+    a.fp8.q_descale = TensorView::contiguous(d, DType::kFloat32, {3, 2});
+    a.fp8.k_descale = TensorView::contiguous(d + 6, DType::kFloat32, {3, 2});
+    a.fp8.v_descale = TensorView::contiguous(d + 12, DType::kFloat32, {3, 2});
+    a.fp8.q_block_scale = TensorView::contiguous(b, DType::kFloat32, {3, 4, 1});
+    a.fp8.k_block_scale = TensorView::contiguous(b + 12, DType::kFloat32, {3, 2, 1});
+    a.fp8.v_block_scale = TensorView::contiguous(b + 18, DType::kFloat32, {3, 2, 1});
+    a.fp8.block_rows = 128;
+    return a;
+  }
+
+ private:
+  ValidVarlenArgs valid_;
+  HostBuffer descales_, blocks_;
+};
+
+// A varlen call's scales are per sequence: descales (batch, nheads_kv) and block scales
+// counted from each sequence's first row, as many as max_seqlen needs.
+TEST(ValidateFp8, VarlenScalesArePerSequence) {
+  ValidFp8VarlenArgs valid;
   Problem p;
-  const Status s = validate_forward(a, cpu_target(), &p);
+  Status s = validate_forward(valid.forward(), cpu_target(), &p);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_TRUE(p.varlen);
+  EXPECT_TRUE(p.fp8_block_scales);
+
+  ForwardArgs a = valid.forward();
+  resize_dim(a.fp8.k_descale, 0, 2);
+  s = validate_forward(a, cpu_target(), &p);
+  EXPECT_EQ(s.code(), kInvalid);
+  EXPECT_EQ(s.message(), "k_descale: shape (2, 2) must be (batch, nheads_kv) = (3, 2)");
+
+  a = valid.forward();
+  a.fp8.block_rows = 4;  // 7 query rows: 2 blocks of 4
+  s = validate_forward(a, cpu_target(), &p);
+  EXPECT_EQ(s.code(), kInvalid);
+  EXPECT_EQ(s.message(),
+            "q_block_scale: shape (3, 4, 1) must be (batch, nheads_q, ceil(max_seqlen_q / block_rows)) = (3, 4, 2)");
+}
+
+// A device target runs varlen e4m3 calls only where its build says so, and says which
+// option it is; the refusal comes after every rule of the call itself.
+TEST(ValidateFp8, DeviceTargetWithoutFp8VarlenRefusesThem) {
+  ValidFp8VarlenArgs valid;
+  ValidationTarget t = device_like_target();
+  t.supports_varlen = true;
+  t.supports_fp8 = true;
+  t.fp8_block_rows = 128;
+  Problem p;
+  Status s = validate_forward(valid.forward(), t, &p);
   EXPECT_EQ(s.code(), kUnsupported);
-  EXPECT_EQ(s.message(), "q: e4m3 inputs in a varlen call are not implemented on this path yet");
+  EXPECT_EQ(s.message(),
+            "q: e4m3 inputs in a varlen call are not supported on the GPU in this build (FA3_GPU_FP8_VARLEN; "
+            "fa3::cpu::forward runs them)");
+  ForwardArgs a = valid.forward();
+  resize_dim(a.fp8.v_descale, 1, 4);
+  s = validate_forward(a, t, &p);
+  EXPECT_EQ(s.code(), kInvalid);
+  EXPECT_EQ(s.message(), "v_descale: shape (3, 4) must be (batch, nheads_kv) = (3, 2)");
+  t.supports_fp8_varlen = true;
+  s = validate_forward(valid.forward(), t, &p);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
 }
 
 TEST(ValidateFp8, BackwardRefusesE4m3) {

@@ -2,12 +2,17 @@
 // against CuTe's register layouts of the wgmma fragments (which follow the PTX ISA's
 // figures): every e4m3 A operand value a thread converts from its own f32 accumulator
 // lies in the same row, and the key it carries is the one Vᵀ holds at the operand's k.
+// And where a varlen call's sequences lie in Vᵀ.
 #include <gtest/gtest.h>
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cstdint>
 #include <set>
+#include <vector>
 
 #include "hopper/fp8_layout.h"
+#include "hopper/fp8_vt.h"
+#include "hopper/fwd_dispatch.h"
 
 namespace fa3::hopper {
 namespace {
@@ -56,6 +61,36 @@ TEST(Fp8Layout, AccumulatorRegistersAreThePOperandInVtOrder) {
   expect_same_row_and_vt_key<64>();
   expect_same_row_and_vt_key<128>();
   expect_same_row_and_vt_key<256>();
+}
+
+// A varlen call's Vᵀ (hopper/fp8_vt.h): each sequence starts 16-byte aligned, its keys
+// and kFp8VtTail columns after them end before the next sequence starts, and the last
+// one's inside the buffer's keys, for lengths 0, 1, odd, aligned and long.
+TEST(Fp8Layout, VarlenVtSequencesKeepTheirTailsApart) {
+  const std::vector<std::vector<long long>> batches = {
+      {0}, {1}, {0, 0, 0}, {15, 16, 17}, {1, 0, 2047, 128, 129, 3}, {100000, 1, 70000}};
+  for (const std::vector<long long>& lens : batches) {
+    long long offset = 0;
+    long long end = 0;
+    for (std::size_t b = 0; b < lens.size(); ++b) {
+      const long long start = fp8_vt_seq_start(offset, static_cast<long long>(b));
+      EXPECT_EQ(start % 16, 0);
+      EXPECT_GE(start, end) << "sequence " << b << " starts inside the one before";
+      end = start + lens[b] + kFp8VtTail;
+      offset += lens[b];
+    }
+    const std::int64_t keys = fp8_vt_varlen_keys(offset, static_cast<std::int64_t>(lens.size()));
+    EXPECT_GE(keys, end);
+    EXPECT_EQ(keys % kFp8VtKeyAlign, 0);
+  }
+}
+
+// Every FP8 tile's key block fits in a sequence's zero tail, so that it reads no key of
+// the next sequence (the kernels' traits assert it too).
+TEST(Fp8Layout, Fp8KeyBlocksFitTheTail) {
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (k.dtype == DType::kFloat8E4M3) EXPECT_LE(k.tile.block_n, kFp8VtTail) << k.name();
+  }
 }
 
 }  // namespace
