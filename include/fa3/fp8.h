@@ -41,6 +41,17 @@ struct QuantizeArgs {
   int block_rows = 128;
   bool hadamard = false;   // transform first (head_dim a multiple of 32)
   std::uint64_t seed = 0;  // the transform's signs: equal seeds for q and k
+  // A varlen batch (fa3/attention.h's packed layout), when cu_seqlens is given: int32
+  // (batch + 1), contiguous, in the input's memory. input and output are then (total,
+  // nheads, head_dim), sequence b being rows [cu_seqlens[b], cu_seqlens[b + 1]); its
+  // blocks count from its first row, and scale is (batch, nheads, ceil(max_seqlen /
+  // block_rows)), what a varlen FP8 call takes as its block scales (a sequence's blocks
+  // past its rows get scale 1). Rows of no sequence are not written. cpu::quantize checks
+  // the offsets (0 first, non-decreasing, within total, no sequence over max_seqlen);
+  // fp8::quantize cannot read them without a synchronization, so there they are the
+  // caller's contract, as in a varlen attention call.
+  TensorView cu_seqlens;
+  int max_seqlen = 0;
 };
 
 // n, the size of the Hadamard blocks for `head_dim` (its largest power-of-two divisor).

@@ -42,35 +42,55 @@ class Quantized(NamedTuple):
         return self.q_scale, self.k_scale, self.v_scale
 
 
-def quantize_tensor(x, block=128, hadamard=False, seed=0):
+def quantize_tensor(x, block=128, hadamard=False, seed=0, cu_seqlens=None, max_seqlen=None):
     """One (batch, seqlen, nheads, headdim) tensor to (e4m3 codes, float32 scales of
     shape (batch, nheads, ceil(seqlen / block))), after the transform of `seed` when
-    hadamard is set (headdim a multiple of 32)."""
+    hadamard is set (headdim a multiple of 32). With cu_seqlens (int32, batch + 1, on x's
+    device) x is a varlen batch (total, nheads, headdim): each sequence's blocks start at
+    its first row, the scales are (batch, nheads, ceil(max_seqlen / block)) (1 past a
+    sequence's rows), and rows of no sequence are left as zeros."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"input: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 4:
-        raise ValueError(f"input: expected a 4-d tensor (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
+    packed = cu_seqlens is not None
+    rank, layout = (3, "(total, nheads, headdim)") if packed else (4, "(batch, seqlen, nheads, headdim)")
+    if x.dim() != rank:
+        raise ValueError(f"input: expected a {rank}-d tensor {layout}, got shape {tuple(x.shape)}")
     if x.dtype not in _INPUT_DTYPES:
         raise ValueError(f"input: dtype {x.dtype} is not supported; use torch.float32, torch.float16 or torch.bfloat16")
     if x.stride(-1) != 1:
         x = x.contiguous()
-    batch, seqlen, nheads, _ = x.shape
-    codes = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    if packed:
+        if not isinstance(cu_seqlens, torch.Tensor):
+            raise TypeError(f"cu_seqlens: expected a torch.Tensor, got {type(cu_seqlens).__name__}")
+        if max_seqlen is None:
+            raise ValueError("max_seqlen: required with cu_seqlens (the longest sequence's rows)")
+        batch, seqlen, nheads = cu_seqlens.shape[0] - 1, int(max_seqlen), x.shape[1]
+        codes = torch.zeros(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    else:
+        batch, seqlen, nheads, _ = x.shape
+        codes = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty((batch, nheads, -(-seqlen // block) if block > 0 else 1), dtype=torch.float32, device=x.device)
     stream = torch.cuda.current_stream(x.device).cuda_stream if x.device.type == "cuda" else 0
-    call(_C.fp8_quantize, x.detach(), codes, scale, block_rows=block, hadamard=hadamard, seed=seed, stream=stream)
+    varlen = {"cu_seqlens": cu_seqlens, "max_seqlen": seqlen} if packed else {}
+    call(_C.fp8_quantize, x.detach(), codes, scale, block_rows=block, hadamard=hadamard, seed=seed, stream=stream,
+         **varlen)
     return codes, scale
 
 
-def quantize(q, k, v, block=128, hadamard=True, seed=0):
+def quantize(q, k, v, block=128, hadamard=True, seed=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+             max_seqlen_k=None):
     """q, k, v (flash_attn_func's layouts) to e4m3 with per-block scales; q and k
     transformed with the signs of `seed` when hadamard is set, v never (the transform
     would have to be undone on the output). Returns a Quantized. flash_attn_func takes
     its block_scales with block_rows=block; the GPU's FP8 kernel will read 128-row
-    blocks."""
-    q8, q_scale = quantize_tensor(q, block, hadamard, seed)
-    k8, k_scale = quantize_tensor(k, block, hadamard, seed)
-    v8, v_scale = quantize_tensor(v, block, False, seed)
+    blocks. With cu_seqlens_q and cu_seqlens_k (and max_seqlen_q, max_seqlen_k), q, k, v
+    are flash_attn_varlen_func's packed (total, nheads, headdim) tensors, quantized per
+    sequence, and the scales are what it takes as block_scales."""
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ValueError("cu_seqlens_q, cu_seqlens_k: give both (a varlen batch) or neither")
+    q8, q_scale = quantize_tensor(q, block, hadamard, seed, cu_seqlens_q, max_seqlen_q)
+    k8, k_scale = quantize_tensor(k, block, hadamard, seed, cu_seqlens_k, max_seqlen_k)
+    v8, v_scale = quantize_tensor(v, block, False, seed, cu_seqlens_k, max_seqlen_k)
     return Quantized(q8, k8, v8, q_scale, k_scale, v_scale, block)
 
 

@@ -239,7 +239,8 @@ std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const
 }
 
 void fp8_quantize(const InArray& input, const OutArray& output, const OutArray& scale, int block_rows, bool hadamard,
-                  std::uint64_t seed, std::uintptr_t stream) {
+                  std::uint64_t seed, std::uintptr_t stream, const std::optional<InArray>& cu_seqlens,
+                  int max_seqlen) {
   Placement where;
   fp8::QuantizeArgs args;
   args.input = to_view("input", input, where);
@@ -248,6 +249,8 @@ void fp8_quantize(const InArray& input, const OutArray& output, const OutArray& 
   args.block_rows = block_rows;
   args.hadamard = hadamard;
   args.seed = seed;
+  if (cu_seqlens) args.cu_seqlens = to_view("cu_seqlens", *cu_seqlens, where);
+  args.max_seqlen = max_seqlen;
   Status status;
   {
     nb::gil_scoped_release no_gil;
@@ -381,11 +384,13 @@ NB_MODULE(_C, m) {
       },
       "seed"_a, "head_dim"_a, "Whether each column's sign in fp8_quantize's Hadamard transform is -1 for `seed`.");
   m.def("fp8_quantize", &fp8_quantize, "input"_a, "output"_a, "scale"_a, nb::kw_only(), "block_rows"_a = 128,
-        "hadamard"_a = false, "seed"_a = 0, "stream"_a = 0,
+        "hadamard"_a = false, "seed"_a = 0, "stream"_a = 0, "cu_seqlens"_a.none() = nb::none(), "max_seqlen"_a = 0,
         "FP8 quantization (fa3/fp8.h): writes output, e4m3 of input's shape (batch, seqlen, nheads, head_dim),\n"
         "and scale, fp32 (batch, nheads, ceil(seqlen / block_rows)) absmax / 448 per block of rows, after the\n"
-        "random-sign Hadamard transform of seed `seed` along head_dim when hadamard is set. Host tensors: the\n"
-        "CPU version; CUDA tensors: one kernel on `stream`.");
+        "random-sign Hadamard transform of seed `seed` along head_dim when hadamard is set. With cu_seqlens\n"
+        "(int32, batch + 1) a varlen batch: input (total, nheads, head_dim), blocks from each sequence's first\n"
+        "row, scale (batch, nheads, ceil(max_seqlen / block_rows)). Host tensors: the CPU version; CUDA\n"
+        "tensors: one kernel on `stream`.");
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(),
         "sinks"_a.none() = nb::none(), "dsinks"_a.none() = nb::none(), "softmax_scale"_a = 0.f, "causal"_a = false,
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,

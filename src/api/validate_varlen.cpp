@@ -88,8 +88,9 @@ Status check_max_seqlen(const char* name, int max_seqlen, const char* side, cons
     }
   }
   if (max_seqlen >= longest) return Status::ok();
-  return invalid(cat(name, ": ", max_seqlen, " is less than the longest ", side, " sequence, ", longest, " (sequence ",
-                     which, ")"));
+  const std::string sequence = *side != '\0' ? std::string(side) + " sequence" : std::string("sequence");
+  return invalid(
+      cat(name, ": ", max_seqlen, " is less than the longest ", sequence, ", ", longest, " (sequence ", which, ")"));
 }
 
 }  // namespace
@@ -167,6 +168,21 @@ Status check_varlen_indices(const VarlenArgs& v, const ValidationTarget& target,
   p->batch = batch;
   p->seqlen_q = v.max_seqlen_q;
   p->seqlen_k = v.max_seqlen_k;
+  return Status::ok();
+}
+
+Status check_sequence_offsets(const char* name, const TensorView& cu, int max_seqlen, std::int64_t total,
+                              const char* rows_of, const ValidationTarget& target) {
+  const std::string n = name;
+  if (cu.data == nullptr) return invalid(n + ": data pointer is null");
+  if (cu.rank != 1) return invalid(cat(n, ": expected a 1-d tensor (batch + 1), got rank ", cu.rank));
+  if (cu.shape[0] < 2) return invalid(cat(n, ": shape ", shape_string(cu), " must be (batch + 1) with batch >= 1"));
+  FA3_RETURN_IF_ERROR(check_index_tensor(name, cu, cu.shape[0], "batch + 1", target));
+  if (max_seqlen < 0) return invalid(cat("max_seqlen must be >= 0, got ", max_seqlen));
+  if (target.space == ValidationTarget::Space::kHost) {
+    FA3_RETURN_IF_ERROR(check_offsets(name, cu, total, rows_of));
+    FA3_RETURN_IF_ERROR(check_max_seqlen("max_seqlen", max_seqlen, "", cu, TensorView{}));
+  }
   return Status::ok();
 }
 

@@ -28,6 +28,13 @@ Status check_packed_lse_shape(const TensorView& lse, const Problem& p);
 // the longest sequence). Needs the totals in `p`; fills its batch, seqlens and varlen flag.
 Status check_varlen_indices(const VarlenArgs& varlen, const ValidationTarget& target, Problem* p);
 
+// One side's offsets and bound outside an attention call (fp8::quantize's varlen form):
+// cu_seqlens (batch + 1, batch >= 1) as an index tensor, max_seqlen >= 0, and on a host
+// target the values (0 first, non-decreasing, within the `total` rows of `rows_of`, no
+// sequence longer than max_seqlen). `name` names the offsets; the bound is "max_seqlen".
+Status check_sequence_offsets(const char* name, const TensorView& cu, int max_seqlen, std::int64_t total,
+                              const char* rows_of, const ValidationTarget& target);
+
 // A target without varlen refuses it after every rule on the arguments themselves, so
 // that a call that is wrong anyway says what is wrong.
 Status check_varlen_supported(const ValidationTarget& target);

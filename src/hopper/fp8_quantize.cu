@@ -26,12 +26,13 @@ constexpr unsigned kFullMask = 0xffffffffu;
 struct QuantizeParams {
   const void* in;
   DType dtype;
-  std::int64_t in_stride[3];  // batch, seqlen, nheads (head_dim is contiguous)
+  std::int64_t in_stride[3];  // batch, row, head (head_dim is contiguous); a varlen call's batch 0
   std::uint8_t* out;
   std::int64_t out_stride[3];
   float* scale;
   std::int64_t scale_stride[3];
-  std::int64_t seqlen;
+  const int* cu_seqlens;  // a varlen call's: sequence b is rows [cu_seqlens[b], cu_seqlens[b + 1])
+  std::int64_t seqlen;    // a fixed-length call's
   int head_dim;
   int block_rows;
   bool hadamard;
@@ -47,13 +48,11 @@ __device__ float load(const void* base, std::int64_t i, DType dtype) {
   }
 }
 
-// Row r of (b, h) through step 1 of fa3/fp8.h: y[k] holds column k * 32 + lane (0 past
-// head_dim). Every add, subtract and multiply is an explicit round-to-nearest intrinsic,
+// The input row at element `base` through step 1 of fa3/fp8.h: y[k] holds column
+// k * 32 + lane (0 past head_dim). Every add, subtract and multiply is an explicit round-to-nearest intrinsic,
 // so that no contraction makes the result differ from the CPU version's.
-__device__ void load_row(const QuantizeParams& p, std::int64_t b, std::int64_t r, std::int64_t h,
-                         float (&y)[kPerLane]) {
+__device__ void load_row(const QuantizeParams& p, std::int64_t base, float (&y)[kPerLane]) {
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const std::int64_t base = b * p.in_stride[0] + r * p.in_stride[1] + h * p.in_stride[2];
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int c = k * 32 + lane;
@@ -96,13 +95,19 @@ __device__ void load_row(const QuantizeParams& p, std::int64_t b, std::int64_t r
 __global__ void __launch_bounds__(kWarps * 32) fp8_quantize_kernel(const QuantizeParams p) {
   const std::int64_t blk = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  // The (batch, head)'s row 0: a varlen sequence's first row, whose blocks past its rows
+  // hold none (scale 1).
+  const std::int64_t first = p.cu_seqlens != nullptr ? p.cu_seqlens[b] : 0;
+  const std::int64_t seqlen = p.cu_seqlens != nullptr ? p.cu_seqlens[b + 1] - first : p.seqlen;
+  const std::int64_t in_base = b * p.in_stride[0] + first * p.in_stride[1] + h * p.in_stride[2];
+  const std::int64_t out_base = b * p.out_stride[0] + first * p.out_stride[1] + h * p.out_stride[2];
   const std::int64_t r0 = blk * p.block_rows;
-  const std::int64_t r1 = r0 + p.block_rows < p.seqlen ? r0 + p.block_rows : p.seqlen;
+  const std::int64_t r1 = r0 + p.block_rows < seqlen ? r0 + p.block_rows : seqlen;
   float y[kPerLane];
 
   float absmax = 0.f;
   for (std::int64_t r = r0 + warp; r < r1; r += kWarps) {
-    load_row(p, b, r, h, y);
+    load_row(p, in_base + r * p.in_stride[1], y);
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       if (k * 32 + lane < p.head_dim) absmax = fmaxf(absmax, fabsf(y[k]));
@@ -123,8 +128,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_quantize_kernel(const Quantiz
         absmax > 0.f ? __fdiv_rn(absmax, fp8::kE4m3Max) : 1.f;
   }
   for (std::int64_t r = r0 + warp; r < r1; r += kWarps) {
-    load_row(p, b, r, h, y);
-    std::uint8_t* row = p.out + b * p.out_stride[0] + r * p.out_stride[1] + h * p.out_stride[2];
+    load_row(p, in_base + r * p.in_stride[1], y);
+    std::uint8_t* row = p.out + out_base + r * p.out_stride[1];
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int c = k * 32 + lane;
@@ -141,19 +146,24 @@ cudaError_t launch_fp8_quantize(const fp8::QuantizeArgs& a, cudaStream_t stream)
   p.dtype = a.input.dtype;
   p.out = static_cast<std::uint8_t*>(a.output.data);
   p.scale = static_cast<float*>(a.scale.data);
+  // A varlen call's packed (total, nheads, head_dim) tensors: no batch stride.
+  const bool packed = a.cu_seqlens.defined();
   for (int d = 0; d < 3; ++d) {
-    p.in_stride[d] = a.input.stride[d];
-    p.out_stride[d] = a.output.stride[d];
+    p.in_stride[d] = packed ? (d == 0 ? 0 : a.input.stride[d - 1]) : a.input.stride[d];
+    p.out_stride[d] = packed ? (d == 0 ? 0 : a.output.stride[d - 1]) : a.output.stride[d];
     p.scale_stride[d] = a.scale.stride[d];
   }
-  p.seqlen = a.input.shape[1];
-  p.head_dim = static_cast<int>(a.input.shape[3]);
+  p.cu_seqlens = static_cast<const int*>(a.cu_seqlens.data);
+  p.seqlen = packed ? a.max_seqlen : a.input.shape[1];
+  p.head_dim = static_cast<int>(a.input.shape[a.input.rank - 1]);
   p.block_rows = a.block_rows;
   p.hadamard = a.hadamard;
   p.seed = a.seed;
   p.norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hadamard::block_size(p.head_dim))));
+  // Blocks of the longest sequence (a varlen call's max_seqlen) for each (head, batch).
   const dim3 grid(static_cast<unsigned>((p.seqlen + a.block_rows - 1) / a.block_rows),
-                  static_cast<unsigned>(a.input.shape[2]), static_cast<unsigned>(a.input.shape[0]));
+                  static_cast<unsigned>(a.scale.shape[1]), static_cast<unsigned>(a.scale.shape[0]));
+  if (grid.x == 0) return cudaSuccess;  // sequences of no rows: no block, nothing to write
   fp8_quantize_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }

@@ -283,6 +283,43 @@ def test_flash_attn_varlen_func_runs_fp8_per_sequence(causal):
         assert torch.equal(lse[:, rows], want_lse[0])
 
 
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_quantize_varlen_quantizes_each_sequence_alone(hadamard):
+    """fa3.fp8.quantize on a packed batch: each sequence's codes and scales are those of
+    quantize on it alone (bitwise), its blocks past its rows scale 1, rows of no
+    sequence zero; flash_attn_varlen_func takes the scales as its block_scales."""
+    q_lens, k_lens = [70, 0, 130, 1], [90, 5, 200, 0]
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(sum(q_lens) + 2, 4, 64, generator=g)
+    k = torch.randn(sum(k_lens) + 2, 2, 64, generator=g)
+    v = torch.randn(sum(k_lens) + 2, 2, 64, generator=g)
+    cu_q = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(k_lens).cumsum(0).tolist()], dtype=torch.int32)
+    qkv8 = fa3.fp8.quantize(q, k, v, block=64, hadamard=hadamard, seed=5, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                            max_seqlen_q=130, max_seqlen_k=200)
+    assert qkv8.q_scale.shape == (4, 4, 3) and qkv8.k_scale.shape == (4, 2, 4)
+    for b in range(4):
+        for packed, scale, x, cu, i in ((qkv8.q, qkv8.q_scale, q, cu_q, 0), (qkv8.k, qkv8.k_scale, k, cu_k, 1),
+                                        (qkv8.v, qkv8.v_scale, v, cu_k, 2)):
+            rows = slice(int(cu[b]), int(cu[b + 1]))
+            n = rows.stop - rows.start
+            if n == 0:
+                assert (scale[b] == 1).all()
+                continue
+            codes, alone = fa3.fp8.quantize_tensor(x[None, rows], 64, hadamard and i < 2, 5)
+            assert torch.equal(packed[rows].view(torch.uint8), codes[0].view(torch.uint8))
+            assert torch.equal(scale[b, :, : alone.shape[2]], alone[0])
+            assert (scale[b, :, alone.shape[2] :] == 1).all()
+    assert (qkv8.q[-2:].view(torch.uint8) == 0).all(), "rows of no sequence are zero"
+    out = fa3.flash_attn_varlen_func(qkv8.q, qkv8.k, qkv8.v, cu_q, cu_k, 130, 200, block_scales=qkv8.block_scales,
+                                     block_rows=64)
+    alone = fa3.flash_attn_func(qkv8.q[None, 70:200], qkv8.k[None, 95:295], qkv8.v[None, 95:295],
+                                block_scales=tuple(s[2:3, :, : -(-n // 64)] for s, n in zip(qkv8.block_scales,
+                                                                                           (130, 200, 200))),
+                                block_rows=64)
+    assert torch.equal(out[70:200], alone[0])
+
+
 def test_flash_attn_varlen_func_takes_descales_per_sequence():
     """Descales are (batch, nheads_k): sequence b reads row b. A power of two on one
     sequence's v_descale scales its rows of out exactly and leaves the others alone."""

@@ -1,8 +1,10 @@
 // fa3::cpu::quantize (fa3/fp8.h): the transform keeps q . k, its signs come from the
-// seed alone, the codes and scales follow the definition, and each rule of a call is
-// refused with its message, nothing written.
+// seed alone, the codes and scales follow the definition, a varlen batch quantizes each
+// sequence as if alone, and each rule of a call is refused with its message, nothing
+// written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -234,6 +236,108 @@ TEST(Fp8Quantize, EachRuleIsRefusedAndNothingWritten) {
     q.output.for_each([&](const Index& i, std::int64_t) { ASSERT_TRUE(std::isnan(q.output.get(i))); });
     q.scale.for_each([&](const Index& i, std::int64_t) { ASSERT_TRUE(std::isnan(q.scale.get(i))); });
   }
+}
+
+// A varlen batch: lengths 70, 0, 1, 129 and 5 packed in 208 rows (3 of no sequence),
+// blocks of 32 rows; its scales (5, 3, ceil(129 / 32)).
+struct PackedQuantized {
+  std::vector<std::int32_t> lens = {70, 0, 1, 129, 5};
+  std::vector<std::int32_t> cu = {0};
+  HostTensor input, output, scale;
+  fp8::QuantizeArgs args;
+
+  explicit PackedQuantized(bool hadamard) {
+    for (std::int32_t n : lens) cu.push_back(cu.back() + n);
+    const std::int64_t total = cu.back() + 3;
+    input = HostTensor(DType::kBFloat16, {total, 3, 64});
+    output = HostTensor(DType::kFloat8E4M3, {total, 3, 64});
+    scale = HostTensor(DType::kFloat32, {5, 3, 5});
+    std::mt19937_64 rng(9);
+    input.fill_normal(rng);
+    args.input = input.view();
+    args.output = output.view();
+    args.scale = scale.view();
+    args.block_rows = 32;
+    args.hadamard = hadamard;
+    args.seed = 4;
+    args.cu_seqlens = TensorView::contiguous(cu.data(), DType::kInt32, {6});
+    args.max_seqlen = 129;
+  }
+};
+
+// Each sequence gives the codes and scales it gives quantized alone, bit for bit; its
+// blocks past its rows get scale 1; rows of no sequence are not written.
+TEST(Fp8QuantizeVarlen, EachSequenceIsQuantizedAlone) {
+  for (const bool hadamard : {false, true}) {
+    SCOPED_TRACE(hadamard ? "hadamard" : "plain");
+    PackedQuantized packed(hadamard);
+    const Status st = cpu::quantize(packed.args);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    for (std::int64_t b = 0; b < 5; ++b) {
+      const std::int64_t first = packed.cu[b], rows = packed.lens[b];
+      const std::int64_t own_blocks = (rows + 31) / 32;
+      for (std::int64_t h = 0; h < 3; ++h) {
+        for (std::int64_t blk = own_blocks; blk < 5; ++blk) ASSERT_EQ(packed.scale.get({b, h, blk, 0}), 1.f);
+      }
+      if (rows == 0) continue;
+      Quantized alone = make(DType::kBFloat16, 1, rows, 3, 64, 32, hadamard, 4);
+      alone.input.for_each([&](const Index& i, std::int64_t) {
+        alone.input.set(i, packed.input.get({first + i[1], i[2], i[3], 0}));
+      });
+      ASSERT_TRUE(cpu::quantize(alone.args).is_ok());
+      alone.output.for_each([&](const Index& i, std::int64_t) {
+        ASSERT_EQ(packed.output.get({first + i[1], i[2], i[3], 0}), alone.output.get(i)) << "sequence " << b;
+      });
+      alone.scale.for_each([&](const Index& i, std::int64_t) {
+        ASSERT_EQ(packed.scale.get({b, i[1], i[2], 0}), alone.scale.get(i)) << "sequence " << b;
+      });
+    }
+    for (std::int64_t r = packed.cu.back(); r < packed.cu.back() + 3; ++r) {
+      for (std::int64_t h = 0; h < 3; ++h) ASSERT_TRUE(std::isnan(packed.output.get({r, h, 0, 0}))) << "row " << r;
+    }
+  }
+}
+
+TEST(Fp8QuantizeVarlen, EachRuleIsRefusedAndNothingWritten) {
+  const StatusCode kInvalid = StatusCode::kInvalidArgument;
+  const QuantizeRule rules[] = {
+      {"input rank 4", [](fp8::QuantizeArgs& a) { a.input.rank = 4; }, kInvalid,
+       "input: expected a 3-d tensor (total, nheads, head_dim), got rank 4"},
+      {"cu_seqlens fp32", [](fp8::QuantizeArgs& a) { a.cu_seqlens.dtype = DType::kFloat32; }, kInvalid,
+       "cu_seqlens: dtype must be int32, got fp32"},
+      {"cu_seqlens one entry", [](fp8::QuantizeArgs& a) { a.cu_seqlens.shape[0] = 1; }, kInvalid,
+       "cu_seqlens: shape (1) must be (batch + 1) with batch >= 1"},
+      {"cu_seqlens from 1", [](fp8::QuantizeArgs& a) { static_cast<std::int32_t*>(a.cu_seqlens.data)[0] = 1; },
+       kInvalid, "cu_seqlens: cu_seqlens[0] must be 0, got 1"},
+      {"cu_seqlens past total", [](fp8::QuantizeArgs& a) { static_cast<std::int32_t*>(a.cu_seqlens.data)[5] = 300; },
+       kInvalid, "cu_seqlens: cu_seqlens[5] = 300 exceeds input's total rows, 208"},
+      {"max_seqlen short", [](fp8::QuantizeArgs& a) { a.max_seqlen = 128; }, kInvalid,
+       "max_seqlen: 128 is less than the longest sequence, 129 (sequence 3)"},
+      {"max_seqlen negative", [](fp8::QuantizeArgs& a) { a.max_seqlen = -1; }, kInvalid,
+       "max_seqlen must be >= 0, got -1"},
+      {"scale of seqlen", [](fp8::QuantizeArgs& a) { a.scale.shape[2] = 7; }, kInvalid,
+       "scale: shape (5, 3, 7) must be (batch, nheads, ceil(max_seqlen / block_rows)) = (5, 3, 5)"},
+      {"cu_seqlens missing", [](fp8::QuantizeArgs& a) { a.cu_seqlens = TensorView{}; }, kInvalid,
+       "input: expected a 4-d tensor (batch, seqlen, nheads, head_dim), got rank 3"},
+  };
+  for (const QuantizeRule& rule : rules) {
+    SCOPED_TRACE(rule.name);
+    PackedQuantized q(true);
+    q.output.fill_nan();
+    q.scale.fill_nan();
+    rule.breaks(q.args);
+    const Status s = cpu::quantize(q.args);
+    EXPECT_EQ(s.code(), rule.code);
+    EXPECT_EQ(s.message(), rule.message);
+    q.output.for_each([&](const Index& i, std::int64_t) { ASSERT_TRUE(std::isnan(q.output.get(i))); });
+    q.scale.for_each([&](const Index& i, std::int64_t) { ASSERT_TRUE(std::isnan(q.scale.get(i))); });
+  }
+  // A fixed-length call leaves max_seqlen 0.
+  Quantized fixed = make(DType::kBFloat16, 2, 70, 3, 64, 32, true);
+  fixed.args.max_seqlen = 70;
+  const Status s = cpu::quantize(fixed.args);
+  EXPECT_EQ(s.code(), kInvalid);
+  EXPECT_EQ(s.message(), "max_seqlen: 70 given without cu_seqlens (it belongs to a varlen call)");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The GPU kernel of fp8::quantize against its CPU oracle, fa3::cpu::quantize: the same
 // e4m3 codes and scales, bit for bit, over input dtypes, head dims (each Hadamard block
 // size), block sizes, sequence lengths that end mid-block, strided inputs with NaN in
-// the gaps, and inputs with outliers.
+// the gaps, inputs with outliers, and varlen batches.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -117,6 +117,58 @@ TEST(Fp8QuantizeKernel, IsDeterministic) {
     ASSERT_TRUE(fp8::quantize(a, nullptr).is_ok());
     ASSERT_EQ(codes.to_host(), first);
     ASSERT_EQ(scales.to_host(), first_scales);
+  }
+}
+
+// A varlen batch (lengths 0, 1, ending mid-block, longer than the rest, and three rows
+// of no sequence holding NaN): the CPU version's codes and scales, bit for bit, its rows
+// of no sequence left as they were.
+TEST(Fp8QuantizeKernel, VarlenMatchesTheCpuVersionBitwise) {
+  FA3_REQUIRE_HOPPER();
+  const std::vector<std::int32_t> cu = {0, 300, 300, 301, 1430, 1437};
+  const std::int64_t total = cu.back() + 3, heads = 3, d = 128, batch = 5;
+  const int max_seqlen = 1129, block_rows = 128;
+  const std::int64_t blocks = (max_seqlen + block_rows - 1) / block_rows;
+  for (const bool hadamard : {false, true}) {
+    SCOPED_TRACE(hadamard ? "hadamard" : "plain");
+    std::vector<std::uint8_t> input(static_cast<std::size_t>(total * heads * d) * 2);
+    std::mt19937_64 rng(hadamard ? 11 : 12);
+    std::normal_distribution<float> normal;
+    for (std::int64_t i = 0; i < total * heads * d; ++i) {
+      const bool unused = i / (heads * d) >= cu.back();
+      numeric::store_from_float(input.data(), i, DType::kBFloat16, unused ? NAN : normal(rng));
+    }
+    std::vector<std::uint8_t> host_codes(static_cast<std::size_t>(total * heads * d), 0x7f);
+    std::vector<float> host_scales(static_cast<std::size_t>(batch * heads * blocks));
+    std::vector<std::int32_t> host_cu = cu;
+    fp8::QuantizeArgs host;
+    host.input = TensorView::contiguous(input.data(), DType::kBFloat16, {total, heads, d});
+    host.output = TensorView::contiguous(host_codes.data(), DType::kFloat8E4M3, {total, heads, d});
+    host.scale = TensorView::contiguous(host_scales.data(), DType::kFloat32, {batch, heads, blocks});
+    host.block_rows = block_rows;
+    host.hadamard = hadamard;
+    host.seed = 21;
+    host.cu_seqlens = TensorView::contiguous(host_cu.data(), DType::kInt32, {batch + 1});
+    host.max_seqlen = max_seqlen;
+    ASSERT_TRUE(cpu::quantize(host).is_ok());
+
+    DeviceBuffer d_in(input.size()), d_codes(host_codes.size()), d_scales(host_scales.size() * sizeof(float)),
+        d_cu(cu.size() * sizeof(std::int32_t));
+    FA3_CUDA_CHECK(cudaMemcpy(d_in.get(), input.data(), input.size(), cudaMemcpyHostToDevice));
+    FA3_CUDA_CHECK(cudaMemcpy(d_cu.get(), cu.data(), d_cu.bytes(), cudaMemcpyHostToDevice));
+    FA3_CUDA_CHECK(cudaMemset(d_codes.get(), 0x7f, d_codes.bytes()));
+    FA3_CUDA_CHECK(cudaMemset(d_scales.get(), 0xff, d_scales.bytes()));
+    fp8::QuantizeArgs dev = host;
+    dev.input.data = d_in.get();
+    dev.output.data = d_codes.get();
+    dev.scale.data = d_scales.get();
+    dev.cu_seqlens.data = d_cu.get();
+    const Status st = fp8::quantize(dev, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(d_codes.to_host() == host_codes) << "codes differ";
+    const std::vector<std::uint8_t> gpu_scales = d_scales.to_host();
+    EXPECT_EQ(0, std::memcmp(gpu_scales.data(), host_scales.data(), gpu_scales.size())) << "scales differ";
   }
 }
 
