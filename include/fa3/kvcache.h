@@ -33,6 +33,14 @@
 // pos[b] for every row. The rotated values are rounded to q's dtype, and the cache
 // receives the rotated k_new.
 //
+// FP8 (e4m3). q, k_cache, v_cache (and k_new, v_new) may be e4m3 codes, as in
+// FlashAttention-3's FP8 KV cache: their real values are the codes times fp8's
+// q_descale / k_descale / v_descale, fp32 (batch, nheads_kv), each 1 when not given; new
+// rows are appended as the codes they are (quantized with the cache's scales); out is
+// bf16 or fp16 and lse fp32. Block scales and a rotary embedding are refused with e4m3
+// inputs (kInvalidArgument, naming them). fa3::cpu computes such a call with the FP8
+// forward's numerics (fa3/attention.h); the GPU refuses it (kNotSupported, naming q).
+//
 // Split KV. num_splits only steers how the GPU divides the keys; the result never
 // depends on it, and fa3::cpu ignores it. scheduler_metadata (get_scheduler_metadata's)
 // is likewise accepted and ignored by fa3::cpu.
@@ -78,9 +86,10 @@ struct KvCacheArgs {
   TensorView rotary_sin;       // optional, rotary_cos's shape and dtype
   TensorView rotary_seqlens;   // optional int32 (batch): rotary positions instead of cache_seqlens
   bool rotary_interleaved = true;
-  TensorView out;    // written; (batch, seqlen_q, nheads_q, head_dim_v), q's dtype
+  TensorView out;    // written; (batch, seqlen_q, nheads_q, head_dim_v), q's dtype (bf16 / fp16 for e4m3)
   TensorView lse;    // optional; written: fp32 (batch, nheads_q, seqlen_q)
   TensorView sinks;  // optional fp32 (nheads_q), as in ForwardArgs
+  Fp8Args fp8;       // optional, with e4m3 inputs: descales only (see above)
   AttentionOptions options;
   int num_splits = 0;  // 0: the GPU's heuristic; >= 0; never changes the result
   // Device scratch memory of the GPU path, owned by the caller: at least

@@ -9,7 +9,7 @@ import torch
 
 from . import _C
 from ._handoff import call
-from ._torch_ops import _placement
+from ._torch_ops import _out_dtype, _placement
 from ._workspace import cached_workspace
 
 _GPU_LATER = "is not implemented on the GPU yet; it runs on CPU tensors"
@@ -44,7 +44,7 @@ def run_kvcache(q, k_cache, v_cache, cache_seqlens, optional, options, return_so
     """Allocates out (and lse when asked for) and runs the extension; returns
     FlashAttention-3's result."""
     batch, seqlen_q, nheads, _ = q.shape
-    out = q.new_empty((batch, seqlen_q, nheads, v_cache.shape[-1]))
+    out = q.new_empty((batch, seqlen_q, nheads, v_cache.shape[-1]), dtype=_out_dtype(q.dtype))
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32) if return_softmax_lse else None
     workspace = _workspace(q, k_cache, v_cache, cache_seqlens, out, lse, optional, options)
     call(

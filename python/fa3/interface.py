@@ -370,13 +370,18 @@ def flash_attn_with_kvcache(
     return_softmax_lse is True, softmax_lse being (batch, nheads, seqlen_q) in float32.
     No gradient (as in FlashAttention-3).
 
+    FP8: q, k_cache, v_cache (and k, v) in torch.float8_e4m3fn, with q/k/v_descale
+    float32 (batch, nheads_k) as in FlashAttention-3, give out in bfloat16; new rows are
+    appended as the codes they are (quantized with the cache's scales); no rotary
+    embedding. CPU tensors only for now (CUDA tensors raise NotImplementedError naming q).
+
     Runs on CPU tensors (fa3's CPU path), and on CUDA tensors in a build with the GPU
     KV-cache path (fa3.build_info()["gpu_kvcache"], the FA3_GPU_KVCACHE option; otherwise
     they raise NotImplementedError), on the current stream. Not supported either (NotImplementedError): qv,
-    q/k/v_descale, cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed queries),
-    pack_gqa=True, sm_margin != 0.
+    cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed queries), pack_gqa=True,
+    sm_margin != 0.
     """
-    _checks.reject_unsupported(qv, q_descale, k_descale, v_descale, 1, pack_gqa, sm_margin)
+    _checks.reject_unsupported(qv, None, None, None, 1, pack_gqa, sm_margin)
     packed = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new), ("max_seqlen_q", max_seqlen_q))
     for name, value in packed:
         if value is not None:
@@ -404,6 +409,9 @@ def flash_attn_with_kvcache(
         "rotary_seqlens": rotary_seqlens,
         "sinks": sinks,
     }
+    fp8_scales = _checks.fp8_scales(q, q_descale, k_descale, v_descale, None)
+    if fp8_scales is not None:
+        optional.update(zip(("q_descale", "k_descale", "v_descale"), fp8_scales[:3]))
     options = {
         "rotary_interleaved": bool(rotary_interleaved),
         "softmax_scale": scale,

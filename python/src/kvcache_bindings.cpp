@@ -24,6 +24,7 @@ using OptIn = std::optional<InArray>;
 // The optional tensors of a KV-cache call, in the order the binding takes them.
 struct KvCacheExtras {
   OptIn k_new, v_new, page_table, cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens, sinks;
+  OptIn q_descale, k_descale, v_descale;
 
   void apply(KvCacheArgs& a, Placement& where) const {
     const std::pair<const char*, std::pair<const OptIn*, TensorView*>> fields[] = {
@@ -36,6 +37,9 @@ struct KvCacheExtras {
         {"rotary_sin", {&rotary_sin, &a.rotary_sin}},
         {"rotary_seqlens", {&rotary_seqlens, &a.rotary_seqlens}},
         {"sinks", {&sinks, &a.sinks}},
+        {"q_descale", {&q_descale, &a.fp8.q_descale}},
+        {"k_descale", {&k_descale, &a.fp8.k_descale}},
+        {"v_descale", {&v_descale, &a.fp8.v_descale}},
     };
     for (const auto& [name, field] : fields) {
       if (*field.first) *field.second = to_view(name, **field.first, where);
@@ -49,7 +53,8 @@ KvCacheArgs kvcache_args(const InArray& q, const OutArray& k_cache, const OutArr
                          const InArray& cache_seqlens, const OutArray& out, const std::optional<OutArray>& lse,
                          const OptIn& k_new, const OptIn& v_new, const OptIn& page_table, const OptIn& cache_batch_idx,
                          const OptIn& cache_leftpad, const OptIn& rotary_cos, const OptIn& rotary_sin,
-                         const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks, float softmax_scale,
+                         const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks,
+                         const OptIn& q_descale, const OptIn& k_descale, const OptIn& v_descale, float softmax_scale,
                          bool causal, int window_left, int window_right, float softcap, int attention_chunk,
                          int num_splits, Placement& where) {
   KvCacheArgs args;
@@ -59,7 +64,8 @@ KvCacheArgs kvcache_args(const InArray& q, const OutArray& k_cache, const OutArr
   args.cache_seqlens = to_view("cache_seqlens", cache_seqlens, where);
   args.out = to_view("out", out, where);
   if (lse) args.lse = to_view("lse", *lse, where);
-  KvCacheExtras{k_new, v_new, page_table, cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens, sinks}
+  KvCacheExtras{k_new,      v_new,      page_table, cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin,
+                rotary_seqlens, sinks, q_descale, k_descale, v_descale}
       .apply(args, where);
   args.rotary_interleaved = rotary_interleaved;
   args.options.softmax_scale = softmax_scale;
@@ -76,15 +82,16 @@ void forward_with_kvcache(const InArray& q, const OutArray& k_cache, const OutAr
                           const InArray& cache_seqlens, const OutArray& out, const std::optional<OutArray>& lse,
                           const OptIn& k_new, const OptIn& v_new, const OptIn& page_table, const OptIn& cache_batch_idx,
                           const OptIn& cache_leftpad, const OptIn& rotary_cos, const OptIn& rotary_sin,
-                          const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks, float softmax_scale,
+                          const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks,
+                          const OptIn& q_descale, const OptIn& k_descale, const OptIn& v_descale, float softmax_scale,
                           bool causal, int window_left, int window_right, float softcap, int attention_chunk,
                           int num_splits, const std::optional<OutArray>& workspace, std::uintptr_t stream,
                           int num_threads) {
   Placement where;
   KvCacheArgs args = kvcache_args(q, k_cache, v_cache, cache_seqlens, out, lse, k_new, v_new, page_table,
                                   cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens,
-                                  rotary_interleaved, sinks, softmax_scale, causal, window_left, window_right, softcap,
-                                  attention_chunk, num_splits, where);
+                                  rotary_interleaved, sinks, q_descale, k_descale, v_descale, softmax_scale, causal,
+                                  window_left, window_right, softcap, attention_chunk, num_splits, where);
   // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
   if (workspace && where.on_cuda()) {
     const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
@@ -110,14 +117,16 @@ std::size_t kvcache_workspace_size(const InArray& q, const OutArray& k_cache, co
                                    const std::optional<OutArray>& lse, const OptIn& k_new, const OptIn& v_new,
                                    const OptIn& page_table, const OptIn& cache_batch_idx, const OptIn& cache_leftpad,
                                    const OptIn& rotary_cos, const OptIn& rotary_sin, const OptIn& rotary_seqlens,
-                                   bool rotary_interleaved, const OptIn& sinks, float softmax_scale, bool causal,
+                                   bool rotary_interleaved, const OptIn& sinks, const OptIn& q_descale,
+                                   const OptIn& k_descale, const OptIn& v_descale, float softmax_scale, bool causal,
                                    int window_left, int window_right, float softcap, int attention_chunk,
                                    int num_splits) {
   Placement where;
   const KvCacheArgs args = kvcache_args(q, k_cache, v_cache, cache_seqlens, out, lse, k_new, v_new, page_table,
                                         cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens,
-                                        rotary_interleaved, sinks, softmax_scale, causal, window_left, window_right,
-                                        softcap, attention_chunk, num_splits, where);
+                                        rotary_interleaved, sinks, q_descale, k_descale, v_descale, softmax_scale,
+                                        causal, window_left, window_right, softcap, attention_chunk, num_splits,
+                                        where);
   // The CPU path takes no workspace.
   if (where.on_host()) return 0;
   std::size_t bytes = 0;
@@ -158,12 +167,14 @@ void register_kvcache_bindings(nb::module_& m) {
         "page_table"_a.none() = nb::none(), "cache_batch_idx"_a.none() = nb::none(),
         "cache_leftpad"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
         "rotary_seqlens"_a.none() = nb::none(), "rotary_interleaved"_a = true, "sinks"_a.none() = nb::none(),
+        "q_descale"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
         "attention_chunk"_a = 0, "num_splits"_a = 0, "workspace"_a.none() = nb::none(), "stream"_a = 0,
         "num_threads"_a = 0,
         "Attention over a KV cache (FlashAttention-3's flash_attn_with_kvcache): appends k_new / v_new into\n"
         "k_cache / v_cache in place at cache_seqlens (rotated when rotary_cos / rotary_sin are given), then\n"
         "writes out (batch, seqlen_q, nheads, head_dim_v) and lse (batch, nheads, seqlen_q) unless None.\n"
+        "e4m3 q, caches and new rows take q/k/v_descale (batch, nheads_kv) fp32, out bf16 or fp16.\n"
         "The cache is contiguous (batch_cache, seqlen_cache, nheads_kv, head_dim) or, with page_table (batch,\n"
         "max_pages_per_seq) int32, paged (num_pages, page_size, nheads_kv, head_dim). Host tensors, or CUDA\n"
         "tensors of one device in a build with the GPU KV-cache path (build_info()['gpu_kvcache']), enqueued on\n"
@@ -174,6 +185,7 @@ void register_kvcache_bindings(nb::module_& m) {
         "page_table"_a.none() = nb::none(), "cache_batch_idx"_a.none() = nb::none(),
         "cache_leftpad"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
         "rotary_seqlens"_a.none() = nb::none(), "rotary_interleaved"_a = true, "sinks"_a.none() = nb::none(),
+        "q_descale"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
         "attention_chunk"_a = 0, "num_splits"_a = 0,
         "Bytes of workspace that forward_with_kvcache() needs for these arguments: for CUDA tensors after\n"

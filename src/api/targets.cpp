@@ -125,6 +125,7 @@ ValidationTarget cpu_target() {
   t.supports_varlen = true;
   t.supports_fp8 = true;
   t.supports_fp8_varlen = true;
+  t.supports_fp8_kvcache = true;
   return t;
 }
 

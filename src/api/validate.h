@@ -39,7 +39,8 @@ struct ValidationTarget {
   // Fp8Args::block_rows it takes with block scales.
   bool supports_fp8 = false;
   int fp8_block_rows = 0;
-  bool supports_fp8_varlen = false;  // e4m3 inputs in a varlen call too
+  bool supports_fp8_varlen = false;   // e4m3 inputs in a varlen call too
+  bool supports_fp8_kvcache = false;  // e4m3 inputs in forward_with_kvcache
   // Device only: returns an empty string when `ptr` is memory the current device can
   // use, else a description of what it is ("host memory", "memory of device 1").
   // Left empty, pointer location is not checked (unit tests of the other rules).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "api/validate_messages.h"
 #include "common/status_macros.h"
@@ -96,6 +97,7 @@ ForwardArgs stand_in(const KvCacheArgs& a) {
   f.out = a.out;
   f.lse = a.lse;
   f.sinks = a.sinks;
+  f.fp8 = a.fp8;
   f.options = a.options;
   f.k = a.k_cache;
   f.v = a.v_cache;
@@ -142,6 +144,9 @@ Status check_rotary(const KvCacheArgs& a, const Problem& p, KvCacheProblem* kp) 
     return Status::ok();
   }
   if (!a.k_new.defined()) return invalid("rotary_cos: a rotary embedding needs k_new and v_new to append");
+  if (a.q.dtype == DType::kFloat8E4M3) {
+    return invalid("rotary_cos: a rotary embedding of e4m3 inputs is not supported; rotate before quantizing");
+  }
   FA3_RETURN_IF_ERROR(check_shape_basics("rotary_cos", a.rotary_cos, 2, "(seqlen_ro, rotary_dim / 2)"));
   FA3_RETURN_IF_ERROR(check_shape_basics("rotary_sin", a.rotary_sin, 2, "(seqlen_ro, rotary_dim / 2)"));
   FA3_RETURN_IF_ERROR(check_dtype("rotary_cos", a.rotary_cos, a.q.dtype, "q's dtype"));
@@ -216,9 +221,19 @@ Status validate_kvcache(const KvCacheArgs& a, const ValidationTarget& target, Kv
   FA3_RETURN_IF_ERROR(check_caches(a, &kp));
   FA3_RETURN_IF_ERROR(check_located("k_cache", a.k_cache, target));
   FA3_RETURN_IF_ERROR(check_located("v_cache", a.v_cache, target));
-  // No path reads an e4m3 cache yet (KvCacheArgs has no FP8 scales).
+  // validate_forward's rules for e4m3 inputs apply (the dtypes, the descales' shapes);
+  // whether this target runs them is said below, and a KV-cache call's workspace is its own.
+  const std::pair<const char*, const TensorView*> block_scales[] = {
+      {"q_block_scale", &a.fp8.q_block_scale}, {"k_block_scale", &a.fp8.k_block_scale},
+      {"v_block_scale", &a.fp8.v_block_scale}};
+  for (const auto& [name, view] : block_scales) {
+    if (view->defined()) {
+      return invalid(std::string(name) + ": block scales are not supported in KV-cache calls; give q/k/v_descale");
+    }
+  }
   ValidationTarget attention_target = target;
-  attention_target.supports_fp8 = false;
+  attention_target.supports_fp8 = true;
+  attention_target.forward_workspace = nullptr;
   FA3_RETURN_IF_ERROR(validate_forward(stand_in(a), attention_target, &kp.attention));
   Problem& p = kp.attention;
   FA3_RETURN_IF_ERROR(check_index("cache_seqlens", a.cache_seqlens, 1, p.batch));
@@ -249,6 +264,10 @@ Status validate_kvcache(const KvCacheArgs& a, const ValidationTarget& target, Kv
   if (!on_host(target)) {
     if (!target.supports_kvcache) {
       return unsupported("k_cache: KV-cache attention is not implemented on the GPU yet");
+    }
+    if (a.q.dtype == DType::kFloat8E4M3 && !target.supports_fp8_kvcache) {
+      return unsupported(
+          "q: e4m3 (FP8) KV-cache calls are not supported on the GPU yet (fa3::cpu::forward_with_kvcache runs them)");
     }
     // The index tensors are device memory: the kernels read them, unchecked.
     if (target.kvcache_workspace) {

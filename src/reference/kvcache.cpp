@@ -99,8 +99,9 @@ void rotate_queries(const KvCacheProblem& kp, const KvCacheArgs& a, std::int64_t
   }
 }
 
-// Batch entry b of a (batch, ...) view as a batch of 1.
+// Batch entry b of a (batch, ...) view as a batch of 1 (an undefined view stays so).
 TensorView batch_entry(const TensorView& t, std::int64_t b) {
+  if (!t.defined()) return t;
   TensorView one = t;
   one.data = static_cast<std::byte*>(t.data) + b * t.stride[0] * static_cast<std::int64_t>(dtype_size(t.dtype));
   one.shape[0] = 1;
@@ -161,6 +162,10 @@ void kvcache_forward(const KvCacheProblem& kp, const KvCacheArgs& a, const Tiled
     if (a.lse.defined()) task.args.lse = batch_entry(a.lse, b);
     task.args.sinks = a.sinks;
     task.args.options = a.options;
+    // e4m3 inputs: the sequence's row of each descale (batch, nheads_kv).
+    task.args.fp8.q_descale = batch_entry(a.fp8.q_descale, b);
+    task.args.fp8.k_descale = batch_entry(a.fp8.k_descale, b);
+    task.args.fp8.v_descale = batch_entry(a.fp8.v_descale, b);
     tasks.push_back(task);
   }
   tiled_forward(tasks, config);

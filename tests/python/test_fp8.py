@@ -405,3 +405,45 @@ def test_opcheck_fp8_ops():
         torch.ops.fa3.fwd_fp8.default, (*part[:3], None, None, None, None, *part.block_scales, *options),
         test_utils=checks,
     )
+
+
+def test_flash_attn_with_kvcache_runs_fp8():
+    """e4m3 q, cache and new rows with per-(batch, kv head) descales: each sequence gives
+    what flash_attn_func gives on its cached keys and the appended ones, bitwise; the
+    appended codes land in the cache unchanged; out is bfloat16."""
+    g = torch.Generator().manual_seed(7)
+    batch, cap, seqlens, new = 3, 40, [5, 0, 33], 2
+    q = torch.randn(batch, 2, 8, 64, generator=g).to(E4M3)
+    k_cache = torch.randn(batch, cap, 2, 64, generator=g).to(E4M3)
+    v_cache = torch.randn(batch, cap, 2, 64, generator=g).to(E4M3)
+    k_new = torch.randn(batch, new, 2, 64, generator=g).to(E4M3)
+    v_new = torch.randn(batch, new, 2, 64, generator=g).to(E4M3)
+    descales = [torch.rand(batch, 2, generator=g) + 0.5 for _ in range(3)]
+    cache_seqlens = torch.tensor(seqlens, dtype=torch.int32)
+    out, lse = fa3.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=cache_seqlens, causal=True, q_descale=descales[0],
+        k_descale=descales[1], v_descale=descales[2], return_softmax_lse=True,
+    )
+    assert out.dtype == torch.bfloat16 and out.shape == (batch, 2, 8, 64)
+    for b, n in enumerate(seqlens):
+        assert torch.equal(k_cache[b, n : n + new].view(torch.uint8), k_new[b].view(torch.uint8))
+        want, want_lse = fa3.flash_attn_func(
+            q[b : b + 1], k_cache[b : b + 1, : n + new], v_cache[b : b + 1, : n + new], causal=True,
+            q_descale=descales[0][b : b + 1], k_descale=descales[1][b : b + 1], v_descale=descales[2][b : b + 1],
+            return_attn_probs=True,
+        )
+        assert torch.equal(out[b : b + 1], want)
+        assert torch.equal(lse[b : b + 1], want_lse)
+    with pytest.raises(ValueError, match="rotary_cos: a rotary embedding of e4m3 inputs is not supported"):
+        cos = torch.ones(64, 16).to(E4M3)
+        fa3.flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new, rotary_cos=cos, rotary_sin=cos,
+                                    cache_seqlens=cache_seqlens)
+
+
+@pytest.mark.skipif(GPU_SKIP is None and not fa3.build_info()["gpu_kvcache"], reason="no GPU KV-cache path")
+@pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
+def test_gpu_refuses_fp8_kvcache():
+    q = torch.randn(1, 1, 8, 128, device="cuda").to(E4M3)
+    cache = torch.randn(1, 64, 2, 128, device="cuda").to(E4M3)
+    with pytest.raises(NotImplementedError, match=r"q: e4m3 \(FP8\) KV-cache calls are not supported on the GPU"):
+        fa3.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=10)

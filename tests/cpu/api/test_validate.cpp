@@ -380,6 +380,7 @@ TEST(Targets, CpuTargetIsHostWithEveryFeature) {
   EXPECT_TRUE(t.supports_varlen);
   EXPECT_TRUE(t.supports_fp8);
   EXPECT_TRUE(t.supports_fp8_varlen);
+  EXPECT_TRUE(t.supports_fp8_kvcache);
   EXPECT_FALSE(static_cast<bool>(t.locate));
 }
 
