@@ -17,6 +17,7 @@ struct BuildInfo {
   bool gpu_kvcache = false;        // forward_with_kvcache runs on the GPU (FA3_GPU_KVCACHE)
   bool gpu_fp8 = false;            // e4m3 forward calls run on the FP8 GPU kernels (FA3_GPU_FP8)
   bool gpu_fp8_varlen = false;     // and varlen ones with e4m3 inputs too (FA3_GPU_FP8_VARLEN)
+  bool gpu_fp8_kvcache = false;    // forward_with_kvcache on e4m3 caches too (FA3_GPU_FP8_KVCACHE)
 };
 
 const BuildInfo& build_info();

@@ -303,6 +303,7 @@ nb::dict build_info_dict() {
   d["gpu_kvcache"] = b.gpu_kvcache;
   d["gpu_fp8"] = b.gpu_fp8;
   d["gpu_fp8_varlen"] = b.gpu_fp8_varlen;
+  d["gpu_fp8_kvcache"] = b.gpu_fp8_kvcache;
   return d;
 }
 

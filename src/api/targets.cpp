@@ -67,6 +67,7 @@ ValidationTarget gpu_target() {
   // forward_with_kvcache runs on its own kernels once the build switches them on
   // (hopper::kvcache_enabled); its workspace follows from the plan for this device.
   t.supports_kvcache = hopper::kvcache_enabled();
+  t.supports_fp8_kvcache = hopper::kvcache_fp8_enabled();
   t.kvcache_workspace = [](const KvCacheProblem& p, DType dtype, int num_splits, std::size_t* bytes) {
     const DeviceInfo* dev = nullptr;
     FA3_RETURN_IF_ERROR(current_device_cached(&dev));

@@ -235,6 +235,7 @@ Status validate_kvcache(const KvCacheArgs& a, const ValidationTarget& target, Kv
   attention_target.supports_fp8 = true;
   attention_target.forward_workspace = nullptr;
   FA3_RETURN_IF_ERROR(validate_forward(stand_in(a), attention_target, &kp.attention));
+  kp.out_dtype = a.out.dtype;
   Problem& p = kp.attention;
   FA3_RETURN_IF_ERROR(check_index("cache_seqlens", a.cache_seqlens, 1, p.batch));
   if (kp.paged) {

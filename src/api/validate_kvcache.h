@@ -20,6 +20,7 @@ struct KvCacheProblem {
   std::int64_t capacity = 0;    // positions each sequence's cache can hold
   std::int64_t seqlen_new = 0;  // rows of k_new / v_new; 0 without them
   std::int64_t rotary_dim = 0;  // 0: no rotary embedding
+  DType out_dtype = DType::kBFloat16;  // out's: q's, or bf16 / fp16 for e4m3 inputs
 };
 
 Status validate_kvcache(const KvCacheArgs& args, const ValidationTarget& target, KvCacheProblem* problem);

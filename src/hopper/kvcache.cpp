@@ -21,11 +21,15 @@ namespace fa3::hopper {
 
 namespace {
 
-constexpr DType kDtype_bf16 = DType::kBFloat16;
-constexpr DType kDtype_fp16 = DType::kFloat16;
+// A family's input and output dtypes by its name's dtype part.
+constexpr DType kIn_bf16 = DType::kBFloat16, kOut_bf16 = DType::kBFloat16;
+constexpr DType kIn_fp16 = DType::kFloat16, kOut_fp16 = DType::kFloat16;
+[[maybe_unused]] constexpr DType kIn_e4m3bf16 = DType::kFloat8E4M3, kOut_e4m3bf16 = DType::kBFloat16;
+[[maybe_unused]] constexpr DType kIn_e4m3fp16 = DType::kFloat8E4M3, kOut_e4m3fp16 = DType::kFloat16;
 
 struct KvCacheKernel {
-  DType dtype;
+  DType dtype;      // q's and the caches'
+  DType out_dtype;  // out's
   int head_dim;
   int head_dim_v;
   Status (*launch)(const KvCacheParams&, int, cudaStream_t);
@@ -34,7 +38,7 @@ struct KvCacheKernel {
 const std::vector<KvCacheKernel>& kernels() {
   static const std::vector<KvCacheKernel> list = {
 #define FA3_KVCACHE_INSTANCE(dtype, hdim, hdim_v) \
-  {kDtype_##dtype, hdim, hdim_v, &kvcache_##dtype##_hdim##hdim##v##hdim_v},
+  {kIn_##dtype, kOut_##dtype, hdim, hdim_v, &kvcache_##dtype##_hdim##hdim##v##hdim_v},
 #include "kvcache_registry.inc"
 #undef FA3_KVCACHE_INSTANCE
   };
@@ -109,20 +113,33 @@ bool kvcache_enabled() {
 #endif
 }
 
+bool kvcache_fp8_enabled() {
+#ifdef FA3_GPU_FP8_KVCACHE
+  return kvcache_enabled();
+#else
+  return false;
+#endif
+}
+
 Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int num_sms, KvCachePlan* plan) {
   const Problem& p = kp.attention;
   KvCachePlan out;
   // Each cached row arrives by one bulk copy, whose size must be a multiple of 16 bytes.
-  if (p.head_dim % 8 != 0 || p.head_dim_v % 8 != 0) {
+  const bool fp8 = dtype == DType::kFloat8E4M3;
+  const int unit = 16 / static_cast<int>(dtype_size(dtype));
+  if (p.head_dim % unit != 0 || p.head_dim_v % unit != 0) {
     return {StatusCode::kNotSupported, "k_cache: head dims " + std::to_string(p.head_dim) + " (q, k) and " +
-                                           std::to_string(p.head_dim_v) +
-                                           " (v) must be multiples of 8 for the GPU's KV-cache kernel, which copies "
+                                           std::to_string(p.head_dim_v) + " (v) must be multiples of " +
+                                           std::to_string(unit) + " for the GPU's KV-cache kernel, which copies " +
                                            "whole rows in 16-byte units"};
   }
   // The narrowest compiled family at least as wide as both head dims: the extra columns
-  // are read as zeros and never written.
+  // are read as zeros and never written. An e4m3 call's family is also that of its out.
+  const DType out_dtype = fp8 ? kp.out_dtype : dtype;
   for (const KvCacheKernel& k : kernels()) {
-    if (k.dtype != dtype || k.head_dim < p.head_dim || k.head_dim_v < p.head_dim_v) continue;
+    if (k.dtype != dtype || k.out_dtype != out_dtype || k.head_dim < p.head_dim || k.head_dim_v < p.head_dim_v) {
+      continue;
+    }
     if (out.launch == nullptr || k.head_dim + k.head_dim_v < out.head_dim + out.head_dim_v) {
       out.head_dim = k.head_dim;
       out.head_dim_v = k.head_dim_v;
@@ -130,9 +147,10 @@ Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int n
     }
   }
   if (out.launch == nullptr) {
-    return {StatusCode::kNotSupported, "q: no GPU KV-cache kernel was built for " + std::string(dtype_name(dtype)) +
-                                           " with head dims " + std::to_string(p.head_dim) + " (q, k) and " +
-                                           std::to_string(p.head_dim_v) + " (v)"};
+    const std::string kind = fp8 ? "e4m3 (out " + std::string(dtype_name(out_dtype)) + ")" : dtype_name(dtype);
+    return {StatusCode::kNotSupported, "q: no GPU KV-cache kernel was built for " + kind + " with head dims " +
+                                           std::to_string(p.head_dim) + " (q, k) and " + std::to_string(p.head_dim_v) +
+                                           " (v)"};
   }
   if (kp.capacity > (std::int64_t{1} << 30)) {
     return {StatusCode::kNotSupported, "k_cache: " + std::to_string(kp.capacity) +
@@ -147,9 +165,8 @@ Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int n
   const std::int64_t key_blocks = (kp.capacity + KvCacheTile<64, 64, 64>::kBlockN - 1) / KvCacheTile<64, 64, 64>::kBlockN;
   std::int64_t splits = num_splits;
   if (splits == 0) {
-    const std::int64_t slots =
-        static_cast<std::int64_t>(num_sms) *
-        kvcache_ctas_per_sm(kvcache_smem_bytes(out.head_dim, out.head_dim_v, out.block_m));
+    const std::int64_t slots = static_cast<std::int64_t>(num_sms) *
+                               kvcache_ctas_per_sm(kvcache_smem_bytes(out.head_dim, out.head_dim_v, out.block_m, fp8));
     splits = kvcache_default_splits(ctas, key_blocks, slots);
   }
   splits = std::clamp<std::int64_t>(splits, 1, std::max<std::int64_t>(1, std::min<std::int64_t>(key_blocks, kMaxKvSplits)));
@@ -193,6 +210,18 @@ Status run_kvcache(const KvCacheProblem& kp, const KvCacheArgs& a, const KvCache
     k.sinks = static_cast<const float*>(a.sinks.data);
     k.sinks_stride = a.sinks.stride[0];
   }
+  const auto descale = [](const TensorView& t) {
+    KvCacheParams::Descale d;
+    if (t.defined()) {
+      d.ptr = static_cast<const float*>(t.data);
+      d.stride[0] = t.stride[0];
+      d.stride[1] = t.stride[1];
+    }
+    return d;
+  };
+  k.q_descale = descale(a.fp8.q_descale);
+  k.k_descale = descale(a.fp8.k_descale);
+  k.v_descale = descale(a.fp8.v_descale);
   k.batch = static_cast<int>(p.batch);
   k.seqlen_q = static_cast<int>(p.seqlen_q);
   k.nheads_q = static_cast<int>(p.nheads_q);

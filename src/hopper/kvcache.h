@@ -18,6 +18,10 @@ namespace fa3::hopper {
 // by default; tests/gpu/hopper/test_kvcache.cpp).
 bool kvcache_enabled();
 
+// Whether it runs e4m3 calls too: the build's FA3_GPU_FP8_KVCACHE option, off until its
+// kernels have run on a GPU (tests/gpu/hopper/test_kvcache.cpp's FP8 cases).
+bool kvcache_fp8_enabled();
+
 // What one call runs and the workspace it needs, all pieces 256-byte aligned: q's
 // rotated copy (with a rotary embedding), and with more than one split their fp32
 // results and lse.

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hopper/convert.cuh"
 #include "hopper/kvcache_kernel.cuh"
@@ -63,7 +64,11 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
     const CacheTensor& cache = is_k ? p.k : p.v;
     const kvcache_detail::CacheRow at = kvcache_detail::cache_row_of(p.index, b, cache_row, pos);
     T* dst = kvcache_detail::row_address<T>(cache, at, h) + d;
-    *dst = is_k && p.rotary_dim > 0 ? rotated(row, d, p, rotary_position(p, b) + i) : row[d];
+    if constexpr (std::is_same_v<T, std::uint8_t>) {
+      *dst = row[d];  // e4m3 codes: copied as they are (no rotary embedding, fa3/kvcache.h)
+    } else {
+      *dst = is_k && p.rotary_dim > 0 ? rotated(row, d, p, rotary_position(p, b) + i) : row[d];
+    }
   }
 }
 
@@ -103,10 +108,12 @@ Status launch_typed(const KvAppendParams& p, cudaStream_t stream) {
     append_kernel<T><<<blocks_for(appended), kAppendThreads, 0, stream>>>(p);
     FA3_RETURN_IF_ERROR(detail::cuda_status(cudaGetLastError(), "KV-cache append kernel launch"));
   }
-  if (p.rotary_dim > 0) {
-    const std::int64_t values = static_cast<std::int64_t>(p.batch) * p.seqlen_q * p.nheads_q * p.head_dim;
-    rotate_q_kernel<T><<<blocks_for(values), kAppendThreads, 0, stream>>>(p);
-    FA3_RETURN_IF_ERROR(detail::cuda_status(cudaGetLastError(), "KV-cache rotary kernel launch"));
+  if constexpr (!std::is_same_v<T, std::uint8_t>) {
+    if (p.rotary_dim > 0) {
+      const std::int64_t values = static_cast<std::int64_t>(p.batch) * p.seqlen_q * p.nheads_q * p.head_dim;
+      rotate_q_kernel<T><<<blocks_for(values), kAppendThreads, 0, stream>>>(p);
+      FA3_RETURN_IF_ERROR(detail::cuda_status(cudaGetLastError(), "KV-cache rotary kernel launch"));
+    }
   }
   return Status::ok();
 }
@@ -116,6 +123,7 @@ Status launch_typed(const KvAppendParams& p, cudaStream_t stream) {
 Status launch_kvcache_append(const KvAppendParams& p, DType dtype, cudaStream_t stream) {
   if (dtype == DType::kBFloat16) return launch_typed<__nv_bfloat16>(p, stream);
   if (dtype == DType::kFloat16) return launch_typed<__half>(p, stream);
+  if (dtype == DType::kFloat8E4M3) return launch_typed<std::uint8_t>(p, stream);
   return {StatusCode::kInternal, "KV-cache append: q's dtype passed validation but has no kernel"};
 }
 

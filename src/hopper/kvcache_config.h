@@ -12,7 +12,10 @@
 
 namespace fa3::hopper {
 
-template <int kHeadDim, int kHeadDimV, int kBlockM>
+// With kFp8 the cache holds e4m3 codes: its rows arrive by the same bulk copies, a byte
+// a value, into stages of their own, and each block is converted to fp16 in one staging
+// tile (of a 16-bit stage's layout) that the GEMMs read as they read a 16-bit stage.
+template <int kHeadDim, int kHeadDimV, int kBlockM, bool kFp8 = false>
 struct KvCacheTile {
   static_assert(kBlockM == 16 || kBlockM == 64);
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "rows of whole 128-byte swizzle units");
@@ -31,14 +34,22 @@ struct KvCacheTile {
   static constexpr int kKPitch = kHeadDim + 8;    // elements from one K row to the next
   static constexpr int kVPitch = kHeadDimV + 8;   // and V's
   static constexpr std::size_t kStageBytes = kBlockN * (kKPitch + kVPitch) * kElement;
+  // An e4m3 stage: rows of codes padded by 16 bytes (bulk copies land 16-byte aligned).
+  static constexpr int kRawKPitch = kHeadDim + 16;  // bytes from one K row to the next
+  static constexpr int kRawVPitch = kHeadDimV + 16;
+  static constexpr std::size_t kRawStageBytes = kBlockN * (kRawKPitch + kRawVPitch);
+  // The bytes one stage of the ring takes: 16-bit rows, or codes (beside one staging tile).
+  static constexpr std::size_t kRingStageBytes = kFp8 ? kRawStageBytes : kStageBytes;
   // Three stages in flight where they fit beside one another with room to spare, two
-  // for the widest heads (66 KiB a stage at 256/256).
-  static constexpr int kStages = kStageBytes > 48 * 1024 ? 2 : 3;
+  // for the widest heads (66 KiB a stage at 256/256, 34 KiB of codes).
+  static constexpr int kStages = kRingStageBytes > (kFp8 ? 24 : 48) * 1024 ? 2 : 3;
+  static constexpr std::size_t kStagingBytes = kFp8 ? kStageBytes : 0;
   // The fp32 result rows, padded by 4 floats so that the 8 rows of an mma fragment's
   // stores fall in distinct banks; they reuse the K/V stages once the keys are done.
   static constexpr int kOutPitch = kHeadDimV + 4;
   static constexpr std::size_t kOutBytes = static_cast<std::size_t>(kBlockM) * kOutPitch * 4;
-  static constexpr std::size_t kKvBytes = kStages * kStageBytes > kOutBytes ? kStages * kStageBytes : kOutBytes;
+  static constexpr std::size_t kRingBytes = kStages * kRingStageBytes + kStagingBytes;
+  static constexpr std::size_t kKvBytes = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
   // Per warp of the key split and row: running max and sum; per row: 1/sum.
   static constexpr std::size_t kStatsBytes = (2 * kKeyWarps + 1) * kBlockM * 4;
   // One mbarrier per stage: its bulk copies' bytes have all landed.

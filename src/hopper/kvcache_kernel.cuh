@@ -20,15 +20,25 @@
 // normalized fp32 result and lse to the workspace for the merge kernel; a call of one
 // split writes out and lse directly. The sink joins split 0's rows only, so that the
 // merged sum holds it once.
+//
+// An e4m3 cache (kFp8) halves the bytes a decode step reads. Its rows arrive by the
+// same bulk copies into stages of codes; once a block has landed, the warps convert it
+// to fp16 (exact: every e4m3 value is an fp16 one) into one staging tile laid out as a
+// 16-bit stage, and the GEMMs run on that as they do on a 16-bit cache, fp16 with fp32
+// accumulators, P in fp16. Q is converted once per tile. The descales, one per (batch,
+// KV head) and so per CTA, fold into the softmax scale (q's and k's) and the final
+// normalization (v's).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cutlass/arch/barrier.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "hopper/arch/mma_sync.cuh"
 #include "hopper/arch/ptx.cuh"
@@ -93,13 +103,52 @@ __device__ __forceinline__ T* row_address(const CacheTensor& t, CacheRow r, int 
          static_cast<std::int64_t>(hkv) * t.stride[2];
 }
 
+// Four e4m3 codes (little-endian in `codes`) as two fp16x2 registers, exactly.
+__device__ __forceinline__ uint2 e4m3x4_to_half(std::uint32_t codes) {
+  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffffu), __NV_E4M3);
+  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes >> 16), __NV_E4M3);
+  return make_uint2(lo.x | (static_cast<std::uint32_t>(lo.y) << 16), hi.x | (static_cast<std::uint32_t>(hi.y) << 16));
+}
+
+// The e4m3 K and V rows of one stage (kRawKPitch / kRawVPitch bytes apart) as fp16 in
+// the staging tile (kKPitch / kVPitch elements apart), 16 codes at a time: the first
+// head_dim / head_dim_v columns, the rest of the staging tile staying zero.
+template <class Tile>
+__device__ __forceinline__ void convert_stage(const std::uint8_t* raw, __half* staging, int head_dim, int head_dim_v) {
+  const int k_units = head_dim / 16, v_units = head_dim_v / 16;
+  const int units = Tile::kBlockN * (k_units + v_units);
+  for (int i = threadIdx.x; i < units; i += Tile::kThreads) {
+    const bool is_v = i >= Tile::kBlockN * k_units;
+    const int j = is_v ? i - Tile::kBlockN * k_units : i;
+    const int per_row = is_v ? v_units : k_units;
+    const int row = j / per_row, u = j % per_row;
+    const std::uint8_t* src =
+        raw + (is_v ? Tile::kBlockN * Tile::kRawKPitch + row * Tile::kRawVPitch : row * Tile::kRawKPitch) + u * 16;
+    __half* dst = staging + (is_v ? Tile::kBlockN * Tile::kKPitch + padded<Tile::kVPitch>(row, 2 * u)
+                                  : padded<Tile::kKPitch>(row, 2 * u));
+    const uint4 codes = *reinterpret_cast<const uint4*>(src);
+    const uint2 a = e4m3x4_to_half(codes.x), b = e4m3x4_to_half(codes.y);
+    const uint2 c = e4m3x4_to_half(codes.z), d = e4m3x4_to_half(codes.w);
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(a.x, a.y, b.x, b.y);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(c.x, c.y, d.x, d.y);
+  }
+}
+
+// Descale (b, hkv) of an e4m3 call (1 when not given).
+__device__ __forceinline__ float descale_of(const KvCacheParams::Descale& d, int b, int hkv) {
+  return d.ptr == nullptr ? 1.f : d.ptr[b * d.stride[0] + hkv * d.stride[1]];
+}
+
 }  // namespace kvcache_detail
 
-template <class Element, int kHeadDim, int kHeadDimV, int kBlockM>
-__global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kThreads, 1)
+// Element: the GEMMs' type (fp16 for an e4m3 cache, kFp8); ElementOut: out's.
+template <class Element, int kHeadDim, int kHeadDimV, int kBlockM, bool kFp8 = false, class ElementOut = Element>
+__global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM, kFp8>::kThreads, 1)
     kvcache_kernel(const __grid_constant__ KvCacheParams p) {
   using namespace kvcache_detail;
-  using Tile = KvCacheTile<kHeadDim, kHeadDimV, kBlockM>;
+  using Tile = KvCacheTile<kHeadDim, kHeadDimV, kBlockM, kFp8>;
+  using Input = std::conditional_t<kFp8, std::uint8_t, Element>;  // what q and the caches hold
+  static_assert(!kFp8 || std::is_same_v<Element, __half>, "e4m3 converts to fp16 exactly, not to bf16");
   constexpr int kBlockN = Tile::kBlockN;
   constexpr int kWarpN = Tile::kWarpN;
   constexpr int kKeyWarps = Tile::kKeyWarps;
@@ -111,7 +160,9 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
 
   extern __shared__ __align__(128) unsigned char smem[];
   Element* s_q = reinterpret_cast<Element*>(smem);
+  // The ring of 16-bit stages, or with kFp8 the staging tile, the ring of codes after it.
   Element* s_kv = reinterpret_cast<Element*>(smem + Tile::kQBytes);
+  std::uint8_t* s_raw = smem + Tile::kQBytes + Tile::kStagingBytes;
   float* s_out = reinterpret_cast<float*>(smem + Tile::kQBytes);  // after the last key block
   float* s_max = reinterpret_cast<float*>(smem + Tile::kQBytes + Tile::kKvBytes);
   float* s_sum = s_max + kKeyWarps * kBlockM;
@@ -149,28 +200,35 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
     for (int s = 0; s < Tile::kStages; ++s) cutlass::arch::ClusterTransactionBarrier::init(&full[s], 1);
     cutlass::arch::fence_barrier_init();
   }
-  zero_columns<Element, kHeadDim, Tile::kKPitch, kBlockN, Tile::kStages>(s_kv, p.head_dim, kStageElems,
+  constexpr int kZeroedStages = kFp8 ? 1 : Tile::kStages;  // the staging tile alone with kFp8
+  zero_columns<Element, kHeadDim, Tile::kKPitch, kBlockN, kZeroedStages>(s_kv, p.head_dim, kStageElems,
                                                                          Tile::kThreads);
-  zero_columns<Element, kHeadDimV, Tile::kVPitch, kBlockN, Tile::kStages>(s_kv + kBlockN * Tile::kKPitch,
+  zero_columns<Element, kHeadDimV, Tile::kVPitch, kBlockN, kZeroedStages>(s_kv + kBlockN * Tile::kKPitch,
                                                                           p.head_dim_v, kStageElems, Tile::kThreads);
 
-  // Q's rows of the tile, zero past the rows and past the head dim.
+  // Q's rows of the tile, zero past the rows and past the head dim (e4m3 codes converted).
   {
     constexpr int kChunks = kHeadDim / 8;
-    const Element* q = static_cast<const Element*>(p.q.data);
+    const Input* q = static_cast<const Input*>(p.q.data);
 #pragma unroll
     for (int c = threadIdx.x; c < kBlockM * kChunks; c += Tile::kThreads) {
       const int r = c / kChunks;
       const int ch = c % kChunks;
       const int row = row0 + r;
       const bool valid = row < rows && ch * 8 < p.head_dim;
-      const Element* src = q;
+      const Input* src = q;
       if (valid) {
         const int h = hkv * p.group + row % p.group;
         src = q + b * p.q.stride[0] + static_cast<std::int64_t>(row / p.group) * p.q.stride[1] + h * p.q.stride[2] +
               ch * 8;
       }
-      arch::cp_async_16(s_q + swizzle<kHeadDim>(r, ch), src, valid);
+      if constexpr (kFp8) {
+        const uint2 codes = valid ? *reinterpret_cast<const uint2*>(src) : make_uint2(0u, 0u);
+        const uint2 lo = e4m3x4_to_half(codes.x), hi = e4m3x4_to_half(codes.y);
+        *reinterpret_cast<uint4*>(s_q + swizzle<kHeadDim>(r, ch)) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      } else {
+        arch::cp_async_16(s_q + swizzle<kHeadDim>(r, ch), src, valid);
+      }
     }
     arch::cp_async_commit();
   }
@@ -183,9 +241,11 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   const int copy_row = threadIdx.x / 2;
   const bool copy_v = threadIdx.x % 2 != 0;
   const CacheTensor& copy_cache = copy_v ? p.v : p.k;
-  const auto copy_bytes = static_cast<std::uint32_t>((copy_v ? p.head_dim_v : p.head_dim) * sizeof(Element));
-  const auto stage_bytes = static_cast<std::uint32_t>(kBlockN * (p.head_dim + p.head_dim_v) * sizeof(Element));
+  const auto copy_bytes = static_cast<std::uint32_t>((copy_v ? p.head_dim_v : p.head_dim) * sizeof(Input));
+  const auto stage_bytes = static_cast<std::uint32_t>(kBlockN * (p.head_dim + p.head_dim_v) * sizeof(Input));
   const int copy_offset = copy_v ? kBlockN * Tile::kKPitch + copy_row * Tile::kVPitch : copy_row * Tile::kKPitch;
+  const int raw_offset =
+      copy_v ? kBlockN * Tile::kRawKPitch + copy_row * Tile::kRawVPitch : copy_row * Tile::kRawKPitch;
   auto source_of = [&](int it) {
     const int key = min((n_first + it) * kBlockN + copy_row, seqlen_k - 1);
     return cache_row_of(ix, b, cache_row, leftpad + key);
@@ -201,8 +261,13 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   };
   auto issue_block = [&](int it, CacheRow src) {
     const int stage = it % Tile::kStages;
-    arch::bulk_load(s_kv + stage * kStageElems + copy_offset, row_address<const Element>(copy_cache, src, hkv), copy_bytes,
-                    &full[stage]);
+    if constexpr (kFp8) {
+      arch::bulk_load(s_raw + stage * Tile::kRawStageBytes + raw_offset, row_address<const Input>(copy_cache, src, hkv),
+                      copy_bytes, &full[stage]);
+    } else {
+      arch::bulk_load(s_kv + stage * kStageElems + copy_offset, row_address<const Input>(copy_cache, src, hkv),
+                      copy_bytes, &full[stage]);
+    }
   };
   __syncthreads();  // the barriers initialized, the zeros written
 #pragma unroll
@@ -230,8 +295,15 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
   // earliest last key bound them all.
   const int tile_first_key = mask.first_key(last_row / p.group);
   const int tile_last_key = mask.last_key(row0 / p.group);
-  const Softcap softcap(p.softcap, p.softmax_scale);
-  const float scale_log2 = (softcap.on ? softcap.cap : p.softmax_scale) * kLog2e;
+  // q's and k's descales scale every score of the CTA alike, v's every value.
+  float qk_descale = 1.f, v_descale = 1.f;
+  if constexpr (kFp8) {
+    qk_descale = descale_of(p.q_descale, b, hkv) * descale_of(p.k_descale, b, hkv);
+    v_descale = descale_of(p.v_descale, b, hkv);
+  }
+  const float score_scale = p.softmax_scale * qk_descale;
+  const Softcap softcap(p.softcap, score_scale);
+  const float scale_log2 = (softcap.on ? softcap.cap : score_scale) * kLog2e;
 
   float acc[kHeadDimV / 8][4] = {};
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -249,7 +321,13 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
       if (refill + 1 < count) next_source = source_of(refill + 1);
     }
 
-    const Element* s_k = s_kv + (it % Tile::kStages) * kStageElems;
+    if constexpr (kFp8) {
+      // The block's codes into the staging tile, which every warp has finished reading
+      // (the barrier above), then visible to all of them.
+      convert_stage<Tile>(s_raw + (it % Tile::kStages) * Tile::kRawStageBytes, s_kv, p.head_dim, p.head_dim_v);
+      __syncthreads();
+    }
+    const Element* s_k = kFp8 ? s_kv : s_kv + (it % Tile::kStages) * kStageElems;
     const Element* s_v = s_k + kBlockN * Tile::kKPitch;
     const int key0 = key_warp * kWarpN;  // the warp's keys within the block
 
@@ -450,17 +528,17 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM>::kTh
     const int row = row0 + r;
     const int i = row / p.group;
     const int h = hkv * p.group + row % p.group;
-    const float inv = s_inv[r];
+    const float inv = s_inv[r] * v_descale;
     const float4 lo = *reinterpret_cast<const float4*>(s_out + r * Tile::kOutPitch + ch * 8);
     const float4 hi = *reinterpret_cast<const float4*>(s_out + r * Tile::kOutPitch + ch * 8 + 4);
     if (p.num_splits == 1) {
       uint4 v;
-      v.x = arch::pack2<Element>(lo.x * inv, lo.y * inv);
-      v.y = arch::pack2<Element>(lo.z * inv, lo.w * inv);
-      v.z = arch::pack2<Element>(hi.x * inv, hi.y * inv);
-      v.w = arch::pack2<Element>(hi.z * inv, hi.w * inv);
-      Element* out = static_cast<Element*>(p.out.data) + b * p.out.stride[0] +
-                     static_cast<std::int64_t>(i) * p.out.stride[1] + h * p.out.stride[2] + ch * 8;
+      v.x = arch::pack2<ElementOut>(lo.x * inv, lo.y * inv);
+      v.y = arch::pack2<ElementOut>(lo.z * inv, lo.w * inv);
+      v.z = arch::pack2<ElementOut>(hi.x * inv, hi.y * inv);
+      v.w = arch::pack2<ElementOut>(hi.z * inv, hi.w * inv);
+      ElementOut* out = static_cast<ElementOut*>(p.out.data) + b * p.out.stride[0] +
+                        static_cast<std::int64_t>(i) * p.out.stride[1] + h * p.out.stride[2] + ch * 8;
       *reinterpret_cast<uint4*>(out) = v;
     } else {
       float* out = p.out_partial +

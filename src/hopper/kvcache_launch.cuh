@@ -1,4 +1,5 @@
-// fa3 — the launch of one KV-cache kernel family (one dtype and padded head dims), in
+// fa3 — the launch of one KV-cache kernel family (one dtype, or e4m3 with an out dtype,
+// and padded head dims), in
 // its tile of 16 or 64 rows; instantiated once per family by
 // hopper/instantiate/kvcache_instance.cu.in.
 #pragma once
@@ -16,10 +17,11 @@
 
 namespace fa3::hopper {
 
-template <class Element, int kHeadDim, int kHeadDimV, int kBlockM>
+// kFp8: an e4m3 cache, Element the GEMMs' fp16 and ElementOut out's type.
+template <class Element, int kHeadDim, int kHeadDimV, int kBlockM, bool kFp8, class ElementOut>
 Status launch_kvcache_tile(const KvCacheParams& p, cudaStream_t stream) {
-  using Tile = KvCacheTile<kHeadDim, kHeadDimV, kBlockM>;
-  const auto kernel = kvcache_kernel<Element, kHeadDim, kHeadDimV, kBlockM>;
+  using Tile = KvCacheTile<kHeadDim, kHeadDimV, kBlockM, kFp8>;
+  const auto kernel = kvcache_kernel<Element, kHeadDim, kHeadDimV, kBlockM, kFp8, ElementOut>;
   const long long row_tiles = (static_cast<long long>(p.seqlen_q) * p.group + kBlockM - 1) / kBlockM;
   const long long heads = static_cast<long long>(p.batch) * p.nheads_kv;
   if (row_tiles > 65535 || heads > std::numeric_limits<int>::max()) {
@@ -34,10 +36,10 @@ Status launch_kvcache_tile(const KvCacheParams& p, cudaStream_t stream) {
   return detail::cuda_status(cudaGetLastError(), "KV-cache kernel launch");
 }
 
-template <class Element, int kHeadDim, int kHeadDimV>
+template <class Element, int kHeadDim, int kHeadDimV, bool kFp8 = false, class ElementOut = Element>
 Status launch_kvcache(const KvCacheParams& p, int block_m, cudaStream_t stream) {
-  if (block_m == 16) return launch_kvcache_tile<Element, kHeadDim, kHeadDimV, 16>(p, stream);
-  return launch_kvcache_tile<Element, kHeadDim, kHeadDimV, 64>(p, stream);
+  if (block_m == 16) return launch_kvcache_tile<Element, kHeadDim, kHeadDimV, 16, kFp8, ElementOut>(p, stream);
+  return launch_kvcache_tile<Element, kHeadDim, kHeadDimV, 64, kFp8, ElementOut>(p, stream);
 }
 
 }  // namespace fa3::hopper

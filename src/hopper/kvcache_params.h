@@ -47,6 +47,12 @@ struct KvCacheParams {
   float* lse_partial = nullptr;
   const float* sinks = nullptr;  // (nheads_q), or null
   std::int64_t sinks_stride = 0;
+  // An e4m3 call's descales (batch, nheads_kv), each null when not given (a factor of 1).
+  struct Descale {
+    const float* ptr = nullptr;
+    std::int64_t stride[2] = {0, 0};
+  };
+  Descale q_descale, k_descale, v_descale;
 
   int batch = 0;
   int seqlen_q = 0;

@@ -41,12 +41,16 @@ inline int kvcache_default_splits(std::int64_t ctas, std::int64_t key_blocks, st
   return best;
 }
 
-// Shared memory of one CTA of the kernel family (padded head dims 64, 128 or 256) and
-// tile height (16 or 64), as hopper/kvcache_config.h lays it out; 0 for another size.
-inline std::size_t kvcache_smem_bytes(int head_dim, int head_dim_v, int block_m) {
+// Shared memory of one CTA of the kernel family (padded head dims 64, 128 or 256, an
+// e4m3 cache with fp8) and tile height (16 or 64), as hopper/kvcache_config.h lays it
+// out; 0 for another size.
+inline std::size_t kvcache_smem_bytes(int head_dim, int head_dim_v, int block_m, bool fp8 = false) {
   auto of = [&](auto hd, auto hdv) -> std::size_t {
-    return block_m == 16 ? KvCacheTile<decltype(hd)::value, decltype(hdv)::value, 16>::kSmemBytes
-                         : KvCacheTile<decltype(hd)::value, decltype(hdv)::value, 64>::kSmemBytes;
+    constexpr int kD = decltype(hd)::value, kDv = decltype(hdv)::value;
+    if (fp8) {
+      return block_m == 16 ? KvCacheTile<kD, kDv, 16, true>::kSmemBytes : KvCacheTile<kD, kDv, 64, true>::kSmemBytes;
+    }
+    return block_m == 16 ? KvCacheTile<kD, kDv, 16>::kSmemBytes : KvCacheTile<kD, kDv, 64>::kSmemBytes;
   };
   auto by_v = [&](auto hd) -> std::size_t {
     switch (head_dim_v) {

@@ -441,6 +441,7 @@ def test_flash_attn_with_kvcache_runs_fp8():
 
 
 @pytest.mark.skipif(GPU_SKIP is None and not fa3.build_info()["gpu_kvcache"], reason="no GPU KV-cache path")
+@pytest.mark.skipif(GPU_SKIP is None and fa3.build_info()["gpu_fp8_kvcache"], reason="FA3_GPU_FP8_KVCACHE is on")
 @pytest.mark.skipif(GPU_SKIP is not None, reason=str(GPU_SKIP))
 def test_gpu_refuses_fp8_kvcache():
     q = torch.randn(1, 1, 8, 128, device="cuda").to(E4M3)

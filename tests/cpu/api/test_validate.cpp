@@ -384,9 +384,9 @@ TEST(Targets, CpuTargetIsHostWithEveryFeature) {
   EXPECT_FALSE(static_cast<bool>(t.locate));
 }
 
-// Varlen e4m3 calls run on the GPU only in a build whose BuildInfo says so, which needs
-// the FP8 kernels and the varlen paths.
-TEST(Targets, GpuTargetRunsFp8VarlenAsBuilt) {
+// Varlen and KV-cache e4m3 calls run on the GPU only in a build whose BuildInfo says so,
+// which needs the FP8 kernels and the varlen (KV-cache) paths.
+TEST(Targets, GpuTargetRunsFp8VarlenAndKvCacheAsBuilt) {
   const ValidationTarget t = gpu_target();
   const BuildInfo& build = build_info();
   EXPECT_EQ(t.supports_fp8_varlen && build.gpu_kernels, build.gpu_fp8_varlen);
@@ -394,6 +394,9 @@ TEST(Targets, GpuTargetRunsFp8VarlenAsBuilt) {
     EXPECT_TRUE(t.supports_fp8);
     EXPECT_TRUE(t.supports_varlen);
   }
+  // Likewise e4m3 KV-cache calls, which need the FP8 and KV-cache paths.
+  EXPECT_EQ(t.supports_fp8_kvcache && build.gpu_kernels, build.gpu_fp8_kvcache);
+  if (t.supports_fp8_kvcache) EXPECT_TRUE(t.supports_kvcache);
 }
 
 }  // namespace

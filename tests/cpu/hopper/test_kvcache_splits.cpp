@@ -52,5 +52,21 @@ TEST(KvCacheSplits, CtasPerSmFollowSharedMemory) {
   EXPECT_EQ(kvcache_ctas_per_sm(300 * 1024), 1);
 }
 
+// An e4m3 cache's CTA: a ring of codes (half a 16-bit stage's bytes) beside one fp16
+// staging tile, within a CTA's shared memory at every head dim.
+TEST(KvCacheSplits, Fp8TilesHoldCodesAndOneStagingTile) {
+  using Fp8 = KvCacheTile<128, 128, 16, true>;
+  using Bf16 = KvCacheTile<128, 128, 16>;
+  EXPECT_EQ(kvcache_smem_bytes(128, 128, 16, true), Fp8::kSmemBytes);
+  EXPECT_EQ(Fp8::kRingBytes, Fp8::kStages * Fp8::kRawStageBytes + Bf16::kStageBytes);
+  EXPECT_EQ(Fp8::kRawStageBytes % 16, 0u);
+  EXPECT_EQ((KvCacheTile<256, 256, 64, true>::kStages), 2);
+  for (const int d : {64, 128, 256}) {
+    for (const int block_m : {16, 64}) EXPECT_LE(kvcache_smem_bytes(d, d, block_m, true), 227u * 1024) << d;
+  }
+  EXPECT_EQ(kvcache_ctas_per_sm(kvcache_smem_bytes(128, 128, 16, true)), 2);
+  EXPECT_GE(kvcache_ctas_per_sm(kvcache_smem_bytes(256, 256, 64, true)), 1);
+}
+
 }  // namespace
 }  // namespace fa3::hopper

@@ -8,13 +8,16 @@
 // the softcap, each with num_splits 1, 3 and 0 (the heuristic).
 // Guards: out and lse start as NaN, with a NaN margin after each that must stay; cache
 // entries no sequence may read hold NaN; the cache after the call (the append) equals
-// the CPU path's bit for bit; a repeated call gives bitwise the same out and lse.
+// the CPU path's bit for bit; a repeated call gives bitwise the same out and lse. And
+// e4m3 caches with descales (below).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -229,26 +232,23 @@ std::vector<KvCase> cases() {
   return all;
 }
 
-class GpuKvCacheTest : public ::testing::TestWithParam<KvCase> {};
+// A KV-cache call's inputs on the device (copies of `low`'s, before the CPU path appends
+// to its caches), out and lse NaN with NaN margins, and the workspace the call needs.
+struct DeviceCall {
+  std::vector<DeviceTensor> inputs;  // q, k_cache, v_cache first (the append's targets: 1, 2)
+  DeviceTensor out, lse;
+  DeviceBuffer workspace;
+  KvCacheArgs args;
+  Status sized;  // the workspace query's answer: a build without the case's kernels says so
 
-TEST_P(GpuKvCacheTest, MatchesCpuPathForEverySplitCount) {
-  FA3_REQUIRE_HOPPER();
-  if (!hopper::kvcache_enabled()) GTEST_SKIP() << "the GPU KV-cache path is switched off (FA3_GPU_KVCACHE)";
-  const KvCase& c = GetParam();
-  for (int num_splits : {1, 3, 0}) {
-    SCOPED_TRACE("num_splits " + std::to_string(num_splits));
-    KvCall low = testing::make_kv_call(c, 21);
-    KvCall ref = fp32_call(low);
-
-    // The device call on the inputs as drawn (before the CPU path appends to its caches).
-    std::vector<DeviceTensor> inputs;
+  DeviceCall(KvCall& low, HostTensor& gpu_out, HostTensor& gpu_lse, int num_splits) {
     inputs.reserve(12);
-    auto upload = [&](HostTensor& t, std::int64_t margin = 0) -> TensorView {
-      inputs.emplace_back(t, margin);
+    auto upload = [&](HostTensor& t) -> TensorView {
+      inputs.emplace_back(t, 0);
       return inputs.back().view;
     };
-    KvCacheArgs host_args = low.args();
-    KvCacheArgs args = host_args;
+    const KvCacheArgs host_args = low.args();
+    args = host_args;
     args.q = upload(low.q);
     args.k_cache = upload(low.k_cache);
     args.v_cache = upload(low.v_cache);
@@ -266,38 +266,71 @@ TEST_P(GpuKvCacheTest, MatchesCpuPathForEverySplitCount) {
     }
     if (host_args.rotary_seqlens.defined()) args.rotary_seqlens = upload(low.rotary_pos);
     if (host_args.sinks.defined()) args.sinks = upload(low.sinks);
-    HostTensor gpu_out = low.out, gpu_lse = low.lse;
-    DeviceTensor out(gpu_out, kMargin), lse(gpu_lse, kMargin);
+    out = DeviceTensor(gpu_out, kMargin);
+    lse = DeviceTensor(gpu_lse, kMargin);
     args.out = out.view;
     args.lse = lse.view;
     args.num_splits = num_splits;
-    const std::size_t k_cache_index = 1, v_cache_index = 2;
-
     std::size_t bytes = 0;
-    const Status sized = kvcache_workspace_size(args, &bytes);
-    // A build without kernels for the case's dtype or head dims says so; nothing else skips.
-    const bool unbuilt = sized.message().find("no GPU KV-cache kernel") != std::string::npos ||
-                         sized.message().find("is not supported") != std::string::npos;
-    if (sized.code() == StatusCode::kNotSupported && unbuilt) GTEST_SKIP() << sized.message();
-    ASSERT_TRUE(sized.is_ok()) << sized.to_string();
-    DeviceBuffer workspace(bytes > 0 ? bytes : 1);
+    sized = kvcache_workspace_size(args, &bytes);
+    workspace = DeviceBuffer(bytes > 0 ? bytes : 1);
     args.workspace = workspace.get();
     args.workspace_bytes = bytes;
+  }
 
+  // Whether the workspace query said that no kernel was built for the case.
+  bool unbuilt() const {
+    return sized.code() == StatusCode::kNotSupported &&
+           (sized.message().find("no GPU KV-cache kernel") != std::string::npos ||
+            sized.message().find("is not supported") != std::string::npos);
+  }
+
+  // Runs the call twice; the second must give bitwise the same out and lse (the append
+  // writes the same rows again). Reads the first result into gpu_out and gpu_lse.
+  void run_twice(HostTensor& gpu_out, HostTensor& gpu_lse, DType out_dtype) {
     const Status st = forward_with_kvcache(args, nullptr);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     FA3_CUDA_CHECK(cudaDeviceSynchronize());
     out.read_into(gpu_out);
     lse.read_into(gpu_lse);
-    EXPECT_EQ(out.margin_written(c.dtype), 0) << "out's margin was written";
+    EXPECT_EQ(out.margin_written(out_dtype), 0) << "out's margin was written";
     EXPECT_EQ(lse.margin_written(DType::kFloat32), 0) << "lse's margin was written";
-
-    // Again: bitwise the same (the append writes the same rows again).
     const std::vector<std::uint8_t> out_first = out.buffer.to_host(), lse_first = lse.buffer.to_host();
     ASSERT_TRUE(forward_with_kvcache(args, nullptr).is_ok());
     FA3_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_EQ(out.buffer.to_host(), out_first) << "a repeated call changed out";
     EXPECT_EQ(lse.buffer.to_host(), lse_first) << "a repeated call changed lse";
+  }
+
+  // The caches after the call against the CPU path's after its own (the append), bitwise.
+  void expect_caches_equal(const KvCall& low) const {
+    HostTensor k_after = low.k_cache, v_after = low.v_cache;
+    inputs[1].read_into(k_after);
+    inputs[2].read_into(v_after);
+    const std::int64_t k_bytes = span_of(k_after) * static_cast<std::int64_t>(dtype_size(low.c.dtype));
+    const std::int64_t v_bytes = span_of(v_after) * static_cast<std::int64_t>(dtype_size(low.c.dtype));
+    EXPECT_EQ(std::memcmp(k_after.data(), low.k_cache.data(), static_cast<std::size_t>(k_bytes)), 0)
+        << "k_cache after the append differs from the CPU path's";
+    EXPECT_EQ(std::memcmp(v_after.data(), low.v_cache.data(), static_cast<std::size_t>(v_bytes)), 0)
+        << "v_cache after the append differs from the CPU path's";
+  }
+};
+
+class GpuKvCacheTest : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(GpuKvCacheTest, MatchesCpuPathForEverySplitCount) {
+  FA3_REQUIRE_HOPPER();
+  if (!hopper::kvcache_enabled()) GTEST_SKIP() << "the GPU KV-cache path is switched off (FA3_GPU_KVCACHE)";
+  const KvCase& c = GetParam();
+  for (int num_splits : {1, 3, 0}) {
+    SCOPED_TRACE("num_splits " + std::to_string(num_splits));
+    KvCall low = testing::make_kv_call(c, 21);
+    KvCall ref = fp32_call(low);
+    HostTensor gpu_out = low.out, gpu_lse = low.lse;
+    DeviceCall call(low, gpu_out, gpu_lse, num_splits);
+    if (call.unbuilt()) GTEST_SKIP() << call.sized.message();
+    ASSERT_TRUE(call.sized.is_ok()) << call.sized.to_string();
+    call.run_twice(gpu_out, gpu_lse, c.dtype);
 
     const Status low_st = cpu::forward_with_kvcache(low.args());
     ASSERT_TRUE(low_st.is_ok()) << low_st.to_string();
@@ -310,18 +343,7 @@ TEST_P(GpuKvCacheTest, MatchesCpuPathForEverySplitCount) {
     r.lse_err = max_diff(gpu_lse.values(), ref.lse.values());
     r.lse_low_err = max_diff(low.lse.values(), ref.lse.values());
     EXPECT_TRUE(forward_accurate(r, c.dtype));
-
-    if (c.seqlen_new > 0) {
-      HostTensor k_after = low.k_cache, v_after = low.v_cache;
-      inputs[k_cache_index].read_into(k_after);
-      inputs[v_cache_index].read_into(v_after);
-      const std::int64_t k_bytes = span_of(k_after) * static_cast<std::int64_t>(dtype_size(c.dtype));
-      const std::int64_t v_bytes = span_of(v_after) * static_cast<std::int64_t>(dtype_size(c.dtype));
-      EXPECT_EQ(std::memcmp(k_after.data(), low.k_cache.data(), static_cast<std::size_t>(k_bytes)), 0)
-          << "k_cache after the append differs from the CPU path's";
-      EXPECT_EQ(std::memcmp(v_after.data(), low.v_cache.data(), static_cast<std::size_t>(v_bytes)), 0)
-          << "v_cache after the append differs from the CPU path's";
-    }
+    if (c.seqlen_new > 0) call.expect_caches_equal(low);
   }
 }
 
@@ -364,6 +386,109 @@ TEST(GpuKvCacheWorkspace, MissingOrShortIsRefused) {
   FA3_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(inputs[4].buffer.to_host(), out_before);
 }
+
+// e4m3 caches (FA3_GPU_FP8_KVCACHE): q, the caches and the appended rows in e4m3 with a
+// descale per (sequence, KV head), out bf16, against fa3::cpu's FP8 path on the same
+// codes: ‖out − cpu‖ / ‖cpu‖ within the FP8 rule's 4e-2 (the CPU path rounds P to e4m3,
+// the kernel to fp16, both near the exact result), lse within 1e-3 + 1e-4 |lse| (both
+// from scores of exact e4m3 products summed in fp32), the appended codes in the cache
+// bitwise, repeated calls bitwise, margins untouched.
+std::vector<KvCase> fp8_cases() {
+  std::vector<KvCase> all;
+  all.push_back(make("fp8_decode_gqa32_8_contiguous", 32, 8, 1, 128, 128));
+  {
+    KvCase c = make("fp8_decode_mqa_paged16_append", 8, 1, 1, 128, 128);
+    c.page_size = 16;
+    c.seqlen_new = 1;
+    c.seqlens = {0, 15, 333, 511};
+    c.options.causal = true;
+    all.push_back(c);
+  }
+  {
+    KvCase c = make("fp8_seqlen5_causal_gqa_append_paged3", 32, 8, 5, 128, 128);
+    c.page_size = 3;
+    c.seqlen_new = 5;
+    c.seqlens = {0, 12, 333, 510};
+    c.options.causal = true;
+    all.push_back(c);
+  }
+  {
+    KvCase c = make("fp8_hdim64_leftpad_batch_idx_softcap", 4, 4, 1, 64, 64);
+    c.leftpad = {0, 1, 30, 300};
+    c.batch_idx = {5, 0, 3, 1};
+    c.options.softcap = 5.f;
+    all.push_back(c);
+  }
+  for (KvCase& c : all) c.dtype = DType::kFloat8E4M3;
+  return all;
+}
+
+double relative_diff(const std::vector<double>& a, const std::vector<double>& ref) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return std::numeric_limits<double>::infinity();
+    diff += (a[i] - ref[i]) * (a[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+class GpuFp8KvCacheTest : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(GpuFp8KvCacheTest, MatchesCpuPathForEverySplitCount) {
+  FA3_REQUIRE_HOPPER();
+  if (!hopper::kvcache_fp8_enabled()) GTEST_SKIP() << "e4m3 KV-cache calls are off in this build (FA3_GPU_FP8_KVCACHE)";
+  const KvCase& c = GetParam();
+  for (int num_splits : {1, 3, 0}) {
+    SCOPED_TRACE("num_splits " + std::to_string(num_splits));
+    KvCall low = testing::make_kv_call(c, 31);
+    low.out = HostTensor(DType::kBFloat16, {c.batch(), c.seqlen_q, c.nheads_q, c.head_dim_v});
+    HostTensor descales[3];
+    std::mt19937_64 rng(32);
+    std::uniform_real_distribution<float> scale(0.25f, 2.f);
+    for (HostTensor& d : descales) {
+      d = HostTensor(DType::kFloat32, {c.batch(), c.nheads_kv});
+      d.for_each([&](const testing::Index& i, std::int64_t) { d.set(i, scale(rng)); });
+    }
+    HostTensor gpu_out = low.out, gpu_lse = low.lse;
+    DeviceCall call(low, gpu_out, gpu_lse, num_splits);
+    std::vector<DeviceTensor> scales;
+    scales.reserve(3);
+    TensorView* views[3] = {&call.args.fp8.q_descale, &call.args.fp8.k_descale, &call.args.fp8.v_descale};
+    for (int t = 0; t < 3; ++t) {
+      scales.emplace_back(descales[t], 0);
+      *views[t] = scales.back().view;
+    }
+    std::size_t bytes = 0;
+    call.sized = kvcache_workspace_size(call.args, &bytes);
+    if (call.unbuilt()) GTEST_SKIP() << call.sized.message();
+    ASSERT_TRUE(call.sized.is_ok()) << call.sized.to_string();
+    call.workspace = DeviceBuffer(bytes > 0 ? bytes : 1);
+    call.args.workspace = call.workspace.get();
+    call.args.workspace_bytes = bytes;
+    call.run_twice(gpu_out, gpu_lse, DType::kBFloat16);
+
+    KvCacheArgs host = low.args();
+    host.fp8.q_descale = descales[0].view();
+    host.fp8.k_descale = descales[1].view();
+    host.fp8.v_descale = descales[2].view();
+    const Status cpu_st = cpu::forward_with_kvcache(host);
+    ASSERT_TRUE(cpu_st.is_ok()) << cpu_st.to_string();
+    EXPECT_LE(relative_diff(gpu_out.values(), low.out.values()), 4e-2);
+    const std::vector<double> got_lse = gpu_lse.values(), want_lse = low.lse.values();
+    for (std::size_t i = 0; i < got_lse.size(); ++i) {
+      if (std::isinf(want_lse[i])) {
+        ASSERT_EQ(got_lse[i], want_lse[i]) << "lse " << i;
+      } else {
+        ASSERT_LE(std::fabs(got_lse[i] - want_lse[i]), 1e-3 + 1e-4 * std::fabs(want_lse[i])) << "lse " << i;
+      }
+    }
+    if (c.seqlen_new > 0) call.expect_caches_equal(low);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8, GpuFp8KvCacheTest, ::testing::ValuesIn(fp8_cases()),
+                         [](const ::testing::TestParamInfo<KvCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace fa3::test
