@@ -32,6 +32,14 @@ re-plots a JSON file).
     python bench/bench_decode.py --batches 8 32 --seqlens 8192 32768 --layouts paged
     python bench/bench_decode.py --num-splits 0 4 16       # fa3 at several split counts
     python bench/bench_decode.py --graph                   # calls replayed from CUDA graphs
+    python bench/bench_decode.py --kv-dtype e4m3           # fa3 on an FP8 cache
+
+With --kv-dtype e4m3 fa3 reads an FP8 cache: q, K and V quantized to e4m3 with one
+descale per (sequence, KV head) (FlashAttention-3's layout, absmax / 448 of the group's
+values), out bf16; cuDNN keeps the bf16 cache (SDPA has no FP8 path). fa3 is checked
+against the fp32 attention of the dequantized values under the FP8 rule's 4e-2, its
+records carry "dtype": "e4m3" and count the bytes it reads (one per value), and the file
+is <date>-<gpu>-decode-e4m3.json.
 
 With --graph each implementation's call is captured once in a CUDA graph (after a
 warm-up on a side stream, as PyTorch asks) and the graph is what is timed: the GPU's
@@ -67,6 +75,9 @@ PAGE_SIZE = 64
 LAYOUTS = ("contiguous", "paged")
 # fa3's output against cuDNN's (both bf16, fp32 accumulation): about 3e-3 apart.
 MAX_REL_ERR = 1e-2
+# An e4m3 cache against the exact attention of its values: TESTING.md's FP8 cap.
+MAX_REL_ERR_FP8 = 4e-2
+E4M3 = torch.float8_e4m3fn
 # What cuDNN's records at paged points read: SDPA has no page table, so the contiguous
 # cache with the same keys and values (its time is the contiguous point's).
 CUDNN_PAGED_NOTE = "contiguous"
@@ -82,19 +93,20 @@ def kv_bytes(batch, seqlen_k, nheads_kv=NHEADS_KV, hdim=HDIM, itemsize=2):
     return 2 * batch * seqlen_k * nheads_kv * hdim * itemsize
 
 
-def record(impl, paged, batch, seqlen_k, ms, gpu, num_splits=0, **fields):
-    """One JSON record; TB/s counts kv_bytes over ms (None, with an "error" field, when
-    the implementation could not run the point)."""
+def record(impl, paged, batch, seqlen_k, ms, gpu, num_splits=0, dtype=DTYPE_NAME, **fields):
+    """One JSON record; TB/s counts kv_bytes (of the cache's dtype) over ms (None, with
+    an "error" field, when the implementation could not run the point)."""
+    itemsize = 1 if dtype == "e4m3" else 2
     rec = {
         "pass": "decode",
         "impl": impl,
         "paged": paged,
         "batch": batch,
         "seqlen_k": seqlen_k,
-        "tbs": None if ms is None else kv_bytes(batch, seqlen_k) / (ms * 1e-3) / 1e12,
+        "tbs": None if ms is None else kv_bytes(batch, seqlen_k, itemsize=itemsize) / (ms * 1e-3) / 1e12,
         "ms": ms,
         "gpu": gpu,
-        "dtype": DTYPE_NAME,
+        "dtype": dtype,
         "hdim": HDIM,
         "nheads": NHEADS,
         "nheads_kv": NHEADS_KV,
@@ -105,6 +117,24 @@ def record(impl, paged, batch, seqlen_k, ms, gpu, num_splits=0, **fields):
         rec["num_splits"] = num_splits
     rec.update(fields)
     return rec
+
+
+def quantize_kv(t, nheads_kv=NHEADS_KV):
+    """(e4m3 codes of t (b, s, h, d), float32 descale (b, nheads_kv)): one scale per
+    (batch, KV head), shared by its group of heads (FlashAttention-3's descale layout),
+    the group's largest magnitude mapped to e4m3's largest value."""
+    b, s, h, d = t.shape
+    grouped = t.float().view(b, s, nheads_kv, h // nheads_kv, d)
+    scale = grouped.abs().amax(dim=(1, 3, 4)).clamp_min(1e-12) / torch.finfo(E4M3).max
+    codes = (grouped / scale[:, None, :, None, None]).view(b, s, h, d).to(E4M3)
+    return codes, scale.contiguous()
+
+
+def dequantize_kv(codes, scale):
+    """codes (b, s, h, d) times their (batch, KV head) descale, in float32."""
+    b, s, h, d = codes.shape
+    g = scale.shape[1]
+    return (codes.float().view(b, s, g, h // g, d) * scale[:, None, :, None, None]).view(b, s, h, d)
 
 
 def paged_cache(k_cache, v_cache, page_size, generator=None):
@@ -120,9 +150,11 @@ def paged_cache(k_cache, v_cache, page_size, generator=None):
     where = torch.randperm(npages, generator=generator).to(k_cache.device)
     shuffled = []
     for cache in (k_cache, v_cache):
-        pages = cache.new_empty((npages, page_size) + tuple(cache.shape[2:]))
-        pages[where] = cache.reshape(pages.shape)
-        shuffled.append(pages)
+        # e4m3 pages move as their bytes (index_put has no float8 kernel).
+        raw = cache.view(torch.uint8) if cache.dtype == E4M3 else cache
+        pages = raw.new_empty((npages, page_size) + tuple(cache.shape[2:]))
+        pages[where] = raw.reshape(pages.shape)
+        shuffled.append(pages.view(cache.dtype))
     return shuffled[0], shuffled[1], where.view(batch, -1).to(torch.int32)
 
 
@@ -169,9 +201,10 @@ def timed_ms(fn, args):
     return median_ms(graph_of(lambda: fn).replay if args.graph else fn, args.rep_ms)
 
 
-def time_fa3(q, cache, seqlen, reference, reference_name, args):
-    """[(num_splits, ms, rel_err)] of fa3 on one cache at each --num-splits, or
-    ([], reason) at the first that cannot run or gives a wrong result."""
+def time_fa3(q, cache, seqlen, reference, reference_name, args, max_err=MAX_REL_ERR):
+    """[(num_splits, ms, rel_err)] of fa3 on one cache (and its descales, with an e4m3
+    one) at each --num-splits, or ([], reason) at the first that cannot run or gives a
+    wrong result."""
     timings = []
     for splits in args.num_splits:
 
@@ -182,7 +215,7 @@ def time_fa3(q, cache, seqlen, reference, reference_name, args):
         if error:
             return [], error
         err = relative_error(out, reference)
-        if not err <= MAX_REL_ERR:
+        if not err <= max_err:
             return [], f"wrong result: relative error {err:.2e} against {reference_name}"
         ms, error = attempt(lambda: timed_ms(decode, args))
         if error:
@@ -204,22 +237,35 @@ def run_point(batch, seqlen, args, gpu, device="cuda"):
     cudnn_ms = None
     if not cudnn_error:
         cudnn_ms, cudnn_error = attempt(lambda: timed_ms(lambda: cudnn_decode(q, k_cache, v_cache), args))
-    if cudnn_error:
-        reference, reference_name = fp32_reference(q, k_cache, v_cache), "fp32"
+    fp8 = args.kv_dtype == "e4m3"
+    if fp8:
+        # fa3 reads the codes; its result is held to the exact attention of their values.
+        (q_in, q_scale), (k_in, k_scale), (v_in, v_scale) = (quantize_kv(t) for t in (q, k_cache, v_cache))
+        descales = {"q_descale": q_scale, "k_descale": k_scale, "v_descale": v_scale}
+        values = (dequantize_kv(q_in[:2], q_scale[:2]), dequantize_kv(k_in[:2], k_scale[:2]),
+                  dequantize_kv(v_in[:2], v_scale[:2]))
+        reference, reference_name = fp32_reference(*values), "fp32"
     else:
-        reference, reference_name = cudnn_out.float(), "cudnn"
+        q_in, k_in, v_in, descales = q, k_cache, v_cache, {}
+        if cudnn_error:
+            reference, reference_name = fp32_reference(q, k_cache, v_cache), "fp32"
+        else:
+            reference, reference_name = cudnn_out.float(), "cudnn"
     variant = {"variant": "graph"} if args.graph else {}
+    fa3_fields = {"dtype": args.kv_dtype, **variant}
     records = []
     for layout in args.layouts:
         paged = layout == "paged"
-        cache = {"k_cache": k_cache, "v_cache": v_cache}
+        cache = {"k_cache": k_in, "v_cache": v_in, **descales}
         if paged:
-            k_pages, v_pages, table = paged_cache(k_cache, v_cache, PAGE_SIZE, torch.Generator().manual_seed(0))
-            cache = {"k_cache": k_pages, "v_cache": v_pages, "page_table": table}
-        timings, fa3_error = time_fa3(q, cache, seqlen, reference, reference_name, args)
+            k_pages, v_pages, table = paged_cache(k_in, v_in, PAGE_SIZE, torch.Generator().manual_seed(0))
+            cache = {"k_cache": k_pages, "v_cache": v_pages, "page_table": table, **descales}
+        max_err = MAX_REL_ERR_FP8 if fp8 else MAX_REL_ERR
+        timings, fa3_error = time_fa3(q_in, cache, seqlen, reference, reference_name, args, max_err)
         for splits, ms, err in timings:
             records.append(
-                record("fa3", paged, batch, seqlen, ms, gpu, splits, rel_err=err, reference=reference_name, **variant)
+                record("fa3", paged, batch, seqlen, ms, gpu, splits, rel_err=err, reference=reference_name,
+                       **fa3_fields)
             )
         notes = dict(variant)
         if paged:
@@ -242,7 +288,9 @@ def print_table(records):
         impl = r["impl"] + (f" splits={r['num_splits']}" if "num_splits" in r else "")
         ms = f"{r['ms']:.4f}" if r["ms"] is not None else "n/a"
         tbs = f"{r['tbs']:.2f}" if r["tbs"] is not None else "n/a"
-        mib = kv_bytes(r["batch"], r["seqlen_k"]) / 2**20
+        mib = kv_bytes(r["batch"], r["seqlen_k"], itemsize=1 if r["dtype"] == "e4m3" else 2) / 2**20
+        if r["dtype"] == "e4m3":
+            impl += " e4m3"
         layout = "paged" if r["paged"] else "contiguous"
         print(f"| {layout} | {r['batch']} | {r['seqlen_k']} | {mib:.0f} | {impl} | {ms} | {tbs} |")
 
@@ -262,6 +310,9 @@ def parse_args(argv=None):
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--plot", action="store_true", help="also write the TB/s plot (needs matplotlib)")
     parser.add_argument("--graph", action="store_true", help="time calls replayed from CUDA graphs (no host time)")
+    parser.add_argument(
+        "--kv-dtype", choices=("bf16", "e4m3"), default="bf16", help="fa3's cache: bf16, or e4m3 with descales"
+    )
     args = parser.parse_args(argv)
     for s in args.seqlens:
         if s < 1 or ("paged" in args.layouts and s % PAGE_SIZE):
@@ -287,7 +338,8 @@ def main(argv=None):
         torch.cuda.empty_cache()
     print_table(records)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.out_dir / f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}-decode{'-graph' if args.graph else ''}"
+    suffix = ("-e4m3" if args.kv_dtype == "e4m3" else "") + ("-graph" if args.graph else "")
+    stem = args.out_dir / f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}-decode{suffix}"
     path = stem.with_suffix(".json")
     path.write_text(json.dumps(records, indent=1) + "\n")
     print(f"wrote {path}")

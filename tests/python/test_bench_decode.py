@@ -213,3 +213,35 @@ def test_plot_draws_each_batch(tmp_path):
     assert sorted(label for label, _, _ in lines) == ["cuDNN (SDPA)", "fa3, contiguous", "fa3, paged"]
     path = plot.plot_decode(records, tmp_path / "decode.png")
     assert path.stat().st_size > 0
+
+
+def test_quantize_kv_shares_a_descale_per_kv_head():
+    q, k, _ = caches(batch=2, seqlen=64)
+    codes, scale = bench_decode.quantize_kv(q)
+    assert codes.dtype == torch.float8_e4m3fn and codes.shape == q.shape and scale.shape == (2, 8)
+    group = q.float().view(2, 1, 8, 4, 128)
+    assert torch.allclose(scale, group.abs().amax(dim=(1, 3, 4)) / 448)
+    back = bench_decode.dequantize_kv(codes, scale)
+    assert ((back - q.float()).abs() <= q.float().abs() / 8 + scale.repeat_interleave(4, 1)[:, None, :, None]).all()
+    assert bench_decode.quantize_kv(k)[1].shape == (2, 8)
+
+
+def test_paged_cache_moves_e4m3_pages_as_bytes():
+    _, k, v = caches()
+    k8, v8 = (bench_decode.quantize_kv(t)[0] for t in (k, v))
+    k_pages, v_pages, table = bench_decode.paged_cache(k8, v8, 64, torch.Generator().manual_seed(3))
+    assert k_pages.dtype == torch.float8_e4m3fn
+    gathered = k_pages.view(torch.uint8)[table.long()].reshape(k8.shape)
+    assert torch.equal(gathered, k8.view(torch.uint8))
+
+
+def test_an_e4m3_point_on_the_cpu_reads_the_fp8_cache(two_ms):
+    args = bench_decode.parse_args(["--kv-dtype", "e4m3"])
+    records = bench_decode.run_point(2, 128, args, "cpu", device="cpu")
+    fa3_records = [r for r in records if r["impl"] == "fa3"]
+    assert [r["paged"] for r in fa3_records] == [False, True]
+    for r in fa3_records:
+        assert r["dtype"] == "e4m3" and r["reference"] == "fp32"
+        assert 0 < r["rel_err"] < bench_decode.MAX_REL_ERR_FP8
+        assert r["tbs"] == pytest.approx(bench_decode.kv_bytes(2, 128, itemsize=1) / 2e-3 / 1e12)
+    assert all(r["dtype"] == "bf16" for r in records if r["impl"] == "cudnn")
