@@ -3,8 +3,9 @@
 // Layout (FlashAttention's): q is (batch, seqlen_q, nheads_q, head_dim); k is (batch,
 // seqlen_k, nheads_kv, head_dim); v is (batch, seqlen_k, nheads_kv, head_dim_v); out is
 // (batch, seqlen_q, nheads_q, head_dim_v); lse is (batch, nheads_q, seqlen_q) in fp32,
-// natural log. Every tensor's last dimension must be contiguous; the other strides are
-// free (16-byte aligned for the GPU path).
+// natural log. Every tensor's last dimension must be contiguous (an e4m3 v's keys may
+// be instead, see FP8 below); the other strides are free (16-byte aligned for the GPU
+// path).
 //
 // V's head dim may differ from q's and k's, as in DeepSeek-V3's prefill (192, 128) or
 // (64, 512): scores are q . k over head_dim, and out, dout and dv have v's head_dim_v.
@@ -74,15 +75,16 @@
 // depends on the key tile (64 keys on the CPU path): the kernel is held to the FP8
 // accuracy rule against this oracle, not to bitwise equality. fa3::cpu runs FP8 calls,
 // varlen ones too: their scales are per sequence (Fp8Args). fa3::forward runs them in a
-// build with the FP8 kernels
-// (BuildInfo::gpu_fp8, the FA3_GPU_FP8 option; kNotSupported naming q otherwise): head
-// dims up to 256, plain and causal masks (no window, softcap or chunk), block_rows 128,
-// with block scales finite and > 0 (as fp8::quantize writes them), out bf16 or fp16 as
-// built (FA3_DTYPES); varlen ones only in a build with FA3_GPU_FP8_VARLEN
-// (BuildInfo::gpu_fp8_varlen; kNotSupported naming q otherwise). As FP8 wgmma reads V
-// with its keys contiguous, the call first writes V transposed into the caller's
-// workspace (ForwardArgs::workspace, of forward_workspace_size() bytes; a varlen call's
-// holds every sequence's keys and 272 more per sequence).
+// build with the FP8 kernels (BuildInfo::gpu_fp8, the FA3_GPU_FP8 option; kNotSupported
+// naming q otherwise): head dims up to 256, plain and causal masks (no window, softcap or
+// chunk), block_rows 128, with block scales finite and > 0 (as fp8::quantize writes
+// them), out bf16 or fp16 as built (FA3_DTYPES); varlen ones only in a build with
+// FA3_GPU_FP8_VARLEN (BuildInfo::gpu_fp8_varlen; kNotSupported naming q otherwise). An
+// e4m3 v may have its keys contiguous (stride 1 along seqlen_k) instead of its head dim,
+// FlashAttention-3's V_colmajor layout, on both paths. As FP8 wgmma reads V with its keys
+// contiguous, the call first writes V transposed into the caller's workspace
+// (ForwardArgs::workspace, of forward_workspace_size() bytes; a varlen call's holds every
+// sequence's keys and 272 more per sequence).
 #pragma once
 
 #include <cuda_runtime_api.h>

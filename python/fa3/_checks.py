@@ -54,7 +54,9 @@ def check_qkv(q, k, v, packed=False):
         # Each size against 1 (not min()), so that torch.compile guards no more than that.
         if any(size < 1 for size in shape):
             raise ValueError(f"{name}: every dimension must be at least 1, got shape {tuple(shape)}")
-        if t.stride(-1) != 1:
+        # An e4m3 v may have its seqlen dimension contiguous instead (FlashAttention-3's
+        # V_colmajor, the layout FP8 wgmma reads).
+        if t.stride(-1) != 1 and not (name == "v" and dtype == torch.float8_e4m3fn and t.stride(-3) == 1):
             raise ValueError(
                 f"{name}: the last dimension (headdim) must be contiguous (stride 1), got strides "
                 f"{tuple(t.stride())}; pass {name}.contiguous()"

@@ -102,7 +102,8 @@ def flash_attn_func(
     (batch, head): q_scale (batch, nheads, ceil(seqlen_q / block_rows)), k_scale and
     v_scale (batch, nheads_k, ceil(seqlen_k / block_rows)). Each scale is optional (1).
     The numerics are the FP8 kernel's (include/fa3/attention.h): P is rounded to e4m3
-    before P V.
+    before P V. An e4m3 v may have its seqlen dimension contiguous instead of its head
+    dim (FlashAttention-3's V_colmajor layout).
 
     Not supported yet (NotImplementedError): qv, num_splits > 1, pack_gqa=True,
     sm_margin != 0.

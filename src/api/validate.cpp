@@ -64,8 +64,10 @@ std::string join(const std::vector<DType>& v) {
   return s;
 }
 
-// Rules that concern one tensor alone: presence, rank, sizes, strides.
-Status check_tensor(const char* name, const TensorView& t, Role role) {
+// Rules that concern one tensor alone: presence, rank, sizes, strides. `keys_contiguous`
+// also admits a rows tensor whose rows (keys), not its last dimension, are contiguous:
+// an e4m3 v laid out for FP8 wgmma (FlashAttention-3's V_colmajor).
+Status check_tensor(const char* name, const TensorView& t, Role role, bool keys_contiguous = false) {
   const std::string n = name;
   const RoleLayout& layout = layout_of(role);
   if (t.data == nullptr) return invalid(n + ": data pointer is null");
@@ -84,7 +86,9 @@ Status check_tensor(const char* name, const TensorView& t, Role role) {
     }
   }
   if (!is_lse(role) && t.stride[t.rank - 1] != 1) {
-    return invalid(cat(n, ": last dimension must be contiguous (stride 1), got stride ", t.stride[t.rank - 1]));
+    if (keys_contiguous && t.stride[t.rank - 3] == 1) return Status::ok();
+    return invalid(cat(n, ": last dimension must be contiguous (stride 1), got stride ", t.stride[t.rank - 1],
+                       keys_contiguous ? " (an e4m3 v may have its seqlen dimension contiguous instead)" : ""));
   }
   return Status::ok();
 }
@@ -321,13 +325,13 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   const bool has_sinks = a.sinks.data != nullptr;
   const CallLayout layout(a.varlen);
   if (!layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_absent(a.varlen));
+  const bool fp8 = a.q.dtype == DType::kFloat8E4M3;
   FA3_RETURN_IF_ERROR(check_tensor("q", a.q, layout.rows));
   FA3_RETURN_IF_ERROR(check_tensor("k", a.k, layout.rows));
-  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, layout.rows));
+  FA3_RETURN_IF_ERROR(check_tensor("v", a.v, layout.rows, fp8));
   FA3_RETURN_IF_ERROR(check_tensor("out", a.out, layout.rows));
   if (has_lse) FA3_RETURN_IF_ERROR(check_tensor("lse", a.lse, layout.lse));
 
-  const bool fp8 = a.q.dtype == DType::kFloat8E4M3;
   FA3_RETURN_IF_ERROR(check_dtype_and_head_dims(a.q, a.v, target, fp8));
   FA3_RETURN_IF_ERROR(check_same_dtype("k", a.k, a.q));
   FA3_RETURN_IF_ERROR(check_same_dtype("v", a.v, a.q));
@@ -346,7 +350,8 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   if (device) {
     FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, layout.rows));
     FA3_RETURN_IF_ERROR(check_device_tensor("k", a.k, target, layout.rows));
-    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, layout.rows));
+    // An e4m3 v is read element-wise (by the transpose into the workspace), not by TMA.
+    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, fp8 ? std::nullopt : std::optional<Role>(layout.rows)));
     FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, target, layout.rows));
     if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, std::nullopt));
     if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, std::nullopt));

@@ -15,7 +15,7 @@ static_assert(kTile % 16 == 0 && kFp8VtKeyAlign % kTile == 0, "tiles hold whole 
 
 struct TransposeArgs {
   const std::uint8_t* v;
-  std::int64_t batch_stride, row_stride, head_stride;
+  std::int64_t batch_stride, row_stride, head_stride, col_stride;
   std::uint8_t* vt;
   const int* cu_seqlens_k;  // a varlen call's, else null
   const int* seqused_k;     // may be null
@@ -55,10 +55,13 @@ __global__ void __launch_bounds__(kThreads) transpose_v(const TransposeArgs a) {
   const int key0 = blockIdx.y * kTile;
   const int col0 = blockIdx.z * kTile;
   if (key0 >= seg.columns) return;  // a varlen grid covers its longest sequence
+  // Neighbouring threads read neighbouring bytes: along the head dim, or along the keys
+  // of a v whose keys are contiguous.
+  const bool keys_inner = a.col_stride != 1;
   for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
-    const int key = key0 + i / kTile, col = col0 + i % kTile;
-    tile[i / kTile][i % kTile] =
-        key < seg.keys && col < a.head_dim ? seg.src[key * a.row_stride + col] : std::uint8_t{0};
+    const int k = keys_inner ? i % kTile : i / kTile, c = keys_inner ? i / kTile : i % kTile;
+    const int key = key0 + k, col = col0 + c;
+    tile[k][c] = key < seg.keys && col < a.head_dim ? seg.src[key * a.row_stride + col * a.col_stride] : std::uint8_t{0};
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kTile * kTile; i += kThreads) {
@@ -98,6 +101,7 @@ cudaError_t launch_fp8_transpose_v(const FwdParams& p, void* vt, cudaStream_t st
                            p.v_batch_stride,
                            p.v_row_stride,
                            p.v_head_stride,
+                           p.v_col_stride,
                            static_cast<std::uint8_t*>(vt),
                            p.cu_seqlens_k,
                            p.seqused_k,

@@ -1,5 +1,5 @@
 // fa3 — Vᵀ for the FP8 forward: e4m3 V (batch, seqlen_k, nheads_kv, head_dim_v), any
-// row/head/batch strides, rewritten as (batch, nheads_kv, head_dim_v, vt_keys) with the
+// strides (its head dim contiguous, or its keys: FlashAttention-3's V_colmajor), rewritten as (batch, nheads_kv, head_dim_v, vt_keys) with the
 // keys contiguous, since FP8 wgmma reads its B operand K-major only. Inside each group of
 // 16 keys, column k holds key fp8_vt_key(k) (hopper/fp8_layout.h), the order in which
 // P's registers reach the P·V GEMM; keys past seqlen_k, up to vt_keys, are zeros.

@@ -282,6 +282,7 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   f.softcap = p.softcap;
   set_mask_params(p, &f);
   if (a.q.dtype == DType::kFloat8E4M3) {
+    f.v_col_stride = a.v.stride[a.v.rank - 1];
     set_fp8_scales(a.fp8, &f);
     f.vt_keys = static_cast<int>(std::min<std::int64_t>(fp8_vt_keys(p), INT32_MAX));
   }

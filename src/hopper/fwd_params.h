@@ -19,6 +19,9 @@ struct FwdParams {
   std::int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   std::int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
   std::int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  // v's head-dim stride: 1, except an e4m3 v with its keys contiguous (FlashAttention-3's
+  // V_colmajor), which only the transpose into Vᵀ reads (hopper/fp8_vt.h).
+  std::int64_t v_col_stride = 1;
   std::int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   std::int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
 

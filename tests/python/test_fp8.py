@@ -448,3 +448,17 @@ def test_gpu_refuses_fp8_kvcache():
     cache = torch.randn(1, 64, 2, 128, device="cuda").to(E4M3)
     with pytest.raises(NotImplementedError, match=r"q: e4m3 \(FP8\) KV-cache calls are not supported on the GPU"):
         fa3.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=10)
+
+
+def test_flash_attn_func_takes_an_e4m3_v_with_its_keys_contiguous():
+    """FlashAttention-3's V_colmajor: an e4m3 v whose seqlen dimension has stride 1 gives
+    the row-major v's result bitwise; a bf16 v so laid out is refused by name."""
+    q, k, v = inputs(seqlen_q=70, seqlen_k=150, outliers=False)
+    q8, k8, v8 = (t.to(E4M3) for t in (q, k, v))
+    v_cols = v8.view(torch.uint8).permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2).view(E4M3)
+    assert v_cols.stride(1) == 1 and torch.equal(v_cols.view(torch.uint8), v8.view(torch.uint8))
+    want = fa3.flash_attn_func(q8, k8, v8, causal=True)
+    assert torch.equal(fa3.flash_attn_func(q8, k8, v_cols, causal=True), want)
+    bf16_cols = v.bfloat16().permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    with pytest.raises(ValueError, match="v: the last dimension"):
+        fa3.flash_attn_func(q.bfloat16(), k.bfloat16(), bf16_cols)

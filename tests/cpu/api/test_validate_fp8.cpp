@@ -3,6 +3,7 @@
 // e4m3 (naming q) only after every other rule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "api/validate.h"
@@ -148,6 +149,33 @@ TEST(ValidateFp8, TargetWithoutFp8RefusesLast) {
   s = validate_forward(a, t, &p);
   EXPECT_EQ(s.code(), kUnsupported);
   EXPECT_EQ(s.message().rfind("q: dtype e4m3 (FP8) is not supported on the GPU yet", 0), 0u) << s.message();
+}
+
+// An e4m3 v may have its keys contiguous instead of its head dim (FlashAttention-3's
+// V_colmajor), on the CPU and the device alike (it is read element-wise there, not by
+// TMA); other strides of its last dimension, and a 16-bit v so laid out, are refused.
+TEST(ValidateFp8, VMayHaveItsKeysContiguous) {
+  ValidFp8Args valid;
+  ForwardArgs a = valid.forward();
+  const std::int64_t keys_inner[4] = {96 * 2 * 128, 1, 96 * 128, 96};
+  std::copy(keys_inner, keys_inner + 4, a.v.stride);
+  ValidationTarget device = device_like_target();
+  device.supports_fp8 = true;
+  Problem p;
+  for (const ValidationTarget& t : {cpu_target(), device}) {
+    const Status s = validate_forward(a, t, &p);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+  }
+  a.v.stride[1] = 2;
+  Status s = validate_forward(a, cpu_target(), &p);
+  EXPECT_EQ(s.message(), "v: last dimension must be contiguous (stride 1), got stride 96 (an e4m3 v may have its "
+                         "seqlen dimension contiguous instead)");
+  a = valid.forward();
+  std::copy(keys_inner, keys_inner + 4, a.v.stride);
+  for (TensorView* t : {&a.q, &a.k, &a.v}) t->dtype = DType::kBFloat16;
+  a.fp8 = Fp8Args{};
+  s = validate_forward(a, cpu_target(), &p);
+  EXPECT_EQ(s.message(), "v: last dimension must be contiguous (stride 1), got stride 96");
 }
 
 // ValidVarlenArgs (3 sequences, max_seqlen_q 7, max_seqlen_k 9, 4 query heads on 2 KV

@@ -308,6 +308,39 @@ TEST(Fp8Forward, ScalesAreFactorsOfTheirRows) {
   EXPECT_EQ(d.out.values(), by_descale);
 }
 
+// v with its keys contiguous (FlashAttention-3's V_colmajor) holds the same values as
+// the row-major v: bitwise the same result, and a 16-bit v so laid out is refused.
+TEST(Fp8Forward, VWithItsKeysContiguousGivesTheSameResult) {
+  Fp8Case c;
+  c.seqlen_q = 70;
+  c.seqlen_k = 150;
+  c.causal = true;
+  Fp8Inputs in = make_inputs(c, 8);
+  run(in);
+  const std::vector<double> row_major = in.out.values();
+  // (b, s, h, d) views of (b, h, d, s) storage: seqlen innermost.
+  HostTensor v_cols(DType::kFloat8E4M3, {1, 150, 2, 64}, Layout{{}, {0, 2, 3, 1}});
+  ASSERT_EQ(v_cols.view().stride[1], 1);
+  v_cols.for_each([&](const Index& i, std::int64_t) { v_cols.set(i, in.v.get(i)); });
+  ForwardArgs a = in.args();
+  a.v = v_cols.view();
+  in.out.fill_nan();
+  ASSERT_TRUE(cpu::forward(a).is_ok());
+  EXPECT_EQ(in.out.values(), row_major);
+
+  HostTensor q(DType::kBFloat16, {1, 70, 4, 64}), k(DType::kBFloat16, {1, 150, 2, 64});
+  HostTensor bf16_cols(DType::kBFloat16, {1, 150, 2, 64}, Layout{{}, {0, 2, 3, 1}});
+  HostTensor out(DType::kBFloat16, {1, 70, 4, 64});
+  ForwardArgs f;
+  f.q = q.view();
+  f.k = k.view();
+  f.v = bf16_cols.view();
+  f.out = out.view();
+  const Status refused = cpu::forward(f);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(), "v: last dimension must be contiguous (stride 1), got stride 150");
+}
+
 // A rejected FP8 call writes nothing.
 TEST(Fp8Forward, RejectedCallWritesNothing) {
   Fp8Inputs in = make_inputs(Fp8Case{}, 3);

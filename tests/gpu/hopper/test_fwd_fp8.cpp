@@ -612,5 +612,57 @@ TEST(Fp8ForwardKernel, GrowingMaxAndChangingVScales) {
   }
 }
 
+// v with its keys contiguous (FlashAttention-3's V_colmajor): the transpose into the
+// workspace reads it along its keys, and the result is bitwise the row-major v's.
+TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
+  FA3_REQUIRE_HOPPER();
+  if (!built(DType::kBFloat16)) GTEST_SKIP() << "no FP8 kernel with bf16 out at head dim 128 (FA3_GPU_FP8, FA3_DTYPES)";
+  const std::int64_t b = 2, sq = 300, sk = 1000, hq = 8, hkv = 2, d = 128;
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> normal;
+  auto codes = [&](std::int64_t n) {
+    std::vector<std::uint8_t> c(static_cast<std::size_t>(n));
+    for (std::uint8_t& x : c) x = numeric::float_to_e4m3(normal(rng));
+    return c;
+  };
+  const std::vector<std::uint8_t> q = codes(b * sq * hq * d), k = codes(b * sk * hkv * d), v = codes(b * sk * hkv * d);
+  // The same values in (b, h, d, s) storage: seqlen innermost.
+  std::vector<std::uint8_t> v_cols(v.size());
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t s = 0; s < sk; ++s)
+      for (std::int64_t h = 0; h < hkv; ++h)
+        for (std::int64_t e = 0; e < d; ++e)
+          v_cols[static_cast<std::size_t>(((i * hkv + h) * d + e) * sk + s)] =
+              v[static_cast<std::size_t>(((i * sk + s) * hkv + h) * d + e)];
+  DeviceBuffer dq = upload(q.data(), q.size()), dk = upload(k.data(), k.size()), dv = upload(v.data(), v.size()),
+               dv_cols = upload(v_cols.data(), v_cols.size());
+  DeviceBuffer out(static_cast<std::size_t>(b * sq * hq * d) * 2), lse(static_cast<std::size_t>(b * hq * sq) * 4);
+  for (bool causal : {false, true}) {
+    ForwardArgs a;
+    a.q = TensorView::contiguous(dq.get(), DType::kFloat8E4M3, {b, sq, hq, d});
+    a.k = TensorView::contiguous(dk.get(), DType::kFloat8E4M3, {b, sk, hkv, d});
+    a.out = TensorView::contiguous(out.get(), DType::kBFloat16, {b, sq, hq, d});
+    a.lse = TensorView::contiguous(lse.get(), DType::kFloat32, {b, hq, sq});
+    a.options.causal = causal;
+    std::vector<std::uint8_t> results[2];
+    for (int layout = 0; layout < 2; ++layout) {
+      a.v = layout == 0 ? TensorView::contiguous(dv.get(), DType::kFloat8E4M3, {b, sk, hkv, d})
+                        : TensorView::strided(dv_cols.get(), DType::kFloat8E4M3, {b, sk, hkv, d},
+                                              {hkv * d * sk, 1, d * sk, sk});
+      std::size_t bytes = 0;
+      ASSERT_TRUE(forward_workspace_size(a, &bytes).is_ok());
+      DeviceBuffer workspace(bytes);
+      a.workspace = workspace.get();
+      a.workspace_bytes = bytes;
+      fill_nan(out.get(), DType::kBFloat16, b * sq * hq * d);
+      const Status st = forward(a, nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      FA3_CUDA_CHECK(cudaDeviceSynchronize());
+      results[layout] = out.to_host();
+    }
+    EXPECT_TRUE(results[0] == results[1]) << (causal ? "causal" : "plain") << ": the layouts' results differ";
+  }
+}
+
 }  // namespace
 }  // namespace fa3::test
