@@ -104,6 +104,11 @@ struct AttentionOptions {
   int window_right = -1;      // keys after the diagonal; -1: unbounded; causal means 0
   float softcap = 0.f;        // > 0: scores become softcap * tanh(scores / softcap)
   int attention_chunk = 0;    // > 0: queries see only keys of their own chunk (see above)
+  // SMs the GPU kernels leave free for other work on the device, as FlashAttention-3's
+  // sm_margin (e.g. communication kernels overlapping attention): the persistent
+  // kernels run on the rest (at least one), KV-cache calls split for the rest. >= 0; it
+  // never changes the result, and fa3::cpu ignores it.
+  int sm_margin = 0;
 };
 
 // The index tensors of a varlen call (see above); all int32, contiguous, in the same

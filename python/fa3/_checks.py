@@ -201,7 +201,8 @@ def fp8_scales(q, q_descale, k_descale, v_descale, block_scales):
 
 
 def reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa, sm_margin):
-    """Raises NotImplementedError for any FlashAttention-3 option fa3 lacks, naming it."""
+    """Raises NotImplementedError for any FlashAttention-3 option fa3 lacks, naming it
+    (and the errors of a bad sm_margin)."""
     if qv is not None:
         raise NotImplementedError("qv: the extra query-times-value input is not supported by fa3 yet; pass qv=None")
     for name, value in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
@@ -215,5 +216,15 @@ def reject_unsupported(qv, q_descale, k_descale, v_descale, num_splits, pack_gqa
         )
     if pack_gqa:
         raise NotImplementedError("pack_gqa=True: packed GQA is not supported by fa3 yet; pass None or False")
-    if sm_margin != 0:
-        raise NotImplementedError(f"sm_margin={sm_margin}: reserving SMs is not supported by fa3 yet; pass 0")
+    sm_margin_arg(sm_margin)
+
+
+def sm_margin_arg(sm_margin):
+    """sm_margin as an int (SMs the GPU kernels leave free); a negative one is refused."""
+    try:
+        margin = operator.index(sm_margin)
+    except TypeError:
+        raise TypeError(f"sm_margin: expected an int, got {sm_margin!r}") from None
+    if margin < 0:
+        raise ValueError(f"sm_margin must be >= 0 (SMs left free), got {margin}")
+    return margin

@@ -36,12 +36,13 @@ def attention_forward_fp8(
     window_right: int,
     softcap: float,
     attention_chunk: int,
+    sm_margin: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse); the scales' shapes and meaning are fa3/attention.h's Fp8Args."""
     return _run_forward(
         q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
         q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, q_block_scale=q_block_scale,
-        k_block_scale=k_block_scale, v_block_scale=v_block_scale, block_rows=block_rows,
+        k_block_scale=k_block_scale, v_block_scale=v_block_scale, block_rows=block_rows, sm_margin=sm_margin,
     )
 
 
@@ -75,6 +76,7 @@ def varlen_forward_fp8(
     window_right: int,
     softcap: float,
     attention_chunk: int,
+    sm_margin: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse) of a varlen call, out (total_q, nheads, headdim_v) and lse
     (nheads, total_q); the scales are per sequence (fa3/attention.h's Fp8Args)."""
@@ -82,6 +84,7 @@ def varlen_forward_fp8(
         q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
         outputs=_varlen_outputs, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
         q_block_scale=q_block_scale, k_block_scale=k_block_scale, v_block_scale=v_block_scale, block_rows=block_rows,
+        sm_margin=sm_margin,
         **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
     )
 

@@ -100,16 +100,20 @@ def attention_forward(
     softcap: float,
     deterministic: bool,
     attention_chunk: int = 0,
+    sm_margin: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse); out has v's head dim. softmax_scale 0.0 means 1/sqrt(headdim),
     q's. `deterministic` is the backward pass's setting, carried here so that autograd
-    can see it."""
-    return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
+    can see it; sm_margin (SMs left free) is both passes'."""
+    return _run_forward(
+        q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk, sm_margin=sm_margin
+    )
 
 
 @attention_forward.register_fake
 def _attention_forward_fake(
-    q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk=0
+    q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk=0,
+    sm_margin=0,
 ):
     return _forward_outputs(q, v)
 
@@ -130,19 +134,20 @@ def attention_backward(
     softcap: float,
     deterministic: bool,
     attention_chunk: int = 0,
+    sm_margin: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv, dsinks), each gradient shaped like its input (dout like out,
     of v's head dim), for the forward call with the same sinks and options; dsinks is
     empty (0 elements) when sinks is None, since an op cannot return None."""
     return _run_backward(
         dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-        attention_chunk,
+        attention_chunk, sm_margin=sm_margin,
     )
 
 
 def _run_backward(
     dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-    attention_chunk, **index
+    attention_chunk, sm_margin=0, **index
 ):
     """Allocates (dq, dk, dv, dsinks) like q, k, v and sinks and runs the extension's
     backward into them; `index` carries a varlen call's index tensors and bounds."""
@@ -159,6 +164,7 @@ def _run_backward(
         "softcap": softcap,
         "deterministic": deterministic,
         "attention_chunk": attention_chunk,
+        "sm_margin": sm_margin,
         **index,
     }
     call(_C.backward, *tensors, **options, workspace=_backward_workspace(tensors, options), **_placement(q))
@@ -191,7 +197,7 @@ def _backward_workspace(tensors, options):
 @attention_backward.register_fake
 def _attention_backward_fake(
     dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-    attention_chunk=0,
+    attention_chunk=0, sm_margin=0,
 ):
     return tuple(t.new_empty(t.shape) for t in (q, k, v)) + (_dsinks_like(q, sinks),)
 
@@ -236,8 +242,11 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, *options):
-        softmax_scale, causal, window_left, window_right, softcap, _deterministic, attention_chunk = options
-        output = _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
+        softmax_scale, causal, window_left, window_right, softcap, _deterministic, attention_chunk, sm_margin = options
+        output = _run_forward(
+            q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
+            sm_margin=sm_margin,
+        )
         _setup_context(ctx, (q, k, v, sinks, *options), output)
         return output
 
@@ -290,12 +299,18 @@ def eager_way(q, k, v, sinks, direct, autograd):
 
 
 def _direct_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, _deterministic,
-                    attention_chunk):
-    return _run_forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk)
+                    attention_chunk, sm_margin):
+    return _run_forward(
+        q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk, sm_margin=sm_margin
+    )
 
 
-def forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk):
+def forward(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk,
+            sm_margin=0):
     """fa3::fwd's (out, lse), through the op or without it (eager_way). The arguments
     are flash_attn_func's, already checked (_checks)."""
     run = eager_way(q, k, v, sinks, _direct_forward, _EagerAttention.apply) or attention_forward
-    return run(q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk)
+    return run(
+        q, k, v, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk,
+        sm_margin,
+    )

@@ -57,18 +57,19 @@ def varlen_forward(
     softcap: float,
     deterministic: bool,
     attention_chunk: int,
+    sm_margin: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Returns (out, lse) of a varlen call; `deterministic` is the backward's setting,
-    carried here so that autograd can see it."""
+    carried here so that autograd can see it; sm_margin (SMs left free) is both passes'."""
     return _direct_forward(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale,
-        causal, window_left, window_right, softcap, deterministic, attention_chunk,
+        causal, window_left, window_right, softcap, deterministic, attention_chunk, sm_margin,
     )
 
 
 def _direct_forward(
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale, causal,
-    window_left, window_right, softcap, _deterministic, attention_chunk,
+    window_left, window_right, softcap, _deterministic, attention_chunk, sm_margin=0,
 ):
     """fa3::varlen_fwd's work, the extension called directly."""
     return _run_forward(
@@ -83,6 +84,7 @@ def _direct_forward(
         softcap,
         attention_chunk,
         outputs=_varlen_outputs,
+        sm_margin=sm_margin,
         **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
     )
 
@@ -114,23 +116,24 @@ def varlen_backward(
     softcap: float,
     deterministic: bool,
     attention_chunk: int,
+    sm_margin: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv, dsinks) in q's, k's and v's packed shapes; dsinks is empty
     (0 elements) when sinks is None. Rows of no sequence get zero gradients."""
     return _direct_backward(
         dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks,
-        softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk,
+        softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk, sm_margin,
     )
 
 
 def _direct_backward(
     dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks,
-    softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk,
+    softmax_scale, causal, window_left, window_right, softcap, deterministic, attention_chunk, sm_margin=0,
 ):
     """fa3::varlen_bwd's work, the extension called directly."""
     return _run_backward(
         dout, q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic,
-        attention_chunk,
+        attention_chunk, sm_margin=sm_margin,
         **_index_args(cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k),
     )
 
@@ -188,12 +191,12 @@ class _EagerVarlenAttention(torch.autograd.Function):
 
 def forward(
     q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale, causal,
-    window_left, window_right, softcap, deterministic, attention_chunk,
+    window_left, window_right, softcap, deterministic, attention_chunk, sm_margin=0,
 ):
     """fa3::varlen_fwd's (out, lse), through the op or without it (eager_way). The
     arguments are flash_attn_varlen_func's, already checked (_checks)."""
     run = eager_way(q, k, v, sinks, _direct_forward, _EagerVarlenAttention.apply) or varlen_forward
     return run(
         q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, sinks, softmax_scale,
-        causal, window_left, window_right, softcap, deterministic, attention_chunk,
+        causal, window_left, window_right, softcap, deterministic, attention_chunk, sm_margin,
     )

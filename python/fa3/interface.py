@@ -105,10 +105,13 @@ def flash_attn_func(
     before P V. An e4m3 v may have its seqlen dimension contiguous instead of its head
     dim (FlashAttention-3's V_colmajor layout).
 
-    Not supported yet (NotImplementedError): qv, num_splits > 1, pack_gqa=True,
-    sm_margin != 0.
+    sm_margin: SMs the GPU kernels leave free for other work on the device (e.g.
+    communication overlapping attention), both passes; results never depend on it.
+
+    Not supported yet (NotImplementedError): qv, num_splits > 1, pack_gqa=True.
     """
     _checks.reject_unsupported(qv, None, None, None, num_splits, pack_gqa, sm_margin)
+    margin = _checks.sm_margin_arg(sm_margin)
     chunk = _checks.attention_chunk_arg(attention_chunk)
     _checks.check_qkv(q, k, v)
     _checks.check_sinks(sinks, q)
@@ -118,7 +121,7 @@ def flash_attn_func(
     if q.dtype == torch.float8_e4m3fn or fp8_scales is not None:
         out, softmax_lse = _torch_fp8_ops.attention_forward_fp8(
             q, k, v, sinks, *(fp8_scales or (None,) * 6), int(block_rows), scale, is_causal, window_left,
-            window_right, float(softcap), chunk
+            window_right, float(softcap), chunk, margin
         )
         return (out, softmax_lse) if return_attn_probs else out
     head_dim, head_dim_v = q.shape[3], v.shape[3]
@@ -132,7 +135,7 @@ def flash_attn_func(
         # Zero columns of v give output columns of zeros, which are cut off.
         v = torch.nn.functional.pad(v, (0, pad_v))
     out, softmax_lse = _torch_ops.forward(
-        q, k, v, sinks, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic), chunk
+        q, k, v, sinks, scale, is_causal, window_left, window_right, float(softcap), bool(deterministic), chunk, margin
     )
     if pad_v:
         out = out[..., :head_dim_v]
@@ -258,7 +261,7 @@ def flash_attn_varlen_func(
     GPU and are not checked there: their values (offsets, lengths, max_seqlen at least the
     longest sequence) are the caller's contract, as in FlashAttention-3. Not supported
     either (NotImplementedError):
-    qv, num_splits > 1, pack_gqa=True, sm_margin != 0.
+    qv, num_splits > 1, pack_gqa=True.
 
     FP8 (forward only): q, k, v in torch.float8_e4m3fn give out in bfloat16, as in
     flash_attn_func, with scales per sequence: q/k/v_descale float32 (batch, nheads_k),
@@ -270,6 +273,7 @@ def flash_attn_varlen_func(
     else they raise NotImplementedError naming q.
     """
     _checks.reject_unsupported(qv, None, None, None, num_splits, pack_gqa, sm_margin)
+    margin = _checks.sm_margin_arg(sm_margin)
     chunk = _checks.attention_chunk_arg(attention_chunk)
     _checks.check_qkv(q, k, v, packed=True)
     _checks.check_varlen_indices(q, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k)
@@ -283,7 +287,7 @@ def flash_attn_varlen_func(
         out, softmax_lse = _torch_fp8_ops.varlen_forward_fp8(
             q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_q, max_k, sinks,
             *(fp8_scales or (None,) * 6), int(block_rows), scale, is_causal, window_left, window_right,
-            float(softcap), chunk
+            float(softcap), chunk, margin
         )
         return (out, softmax_lse) if return_attn_probs else out
     out, softmax_lse = _torch_varlen_ops.forward(
@@ -304,6 +308,7 @@ def flash_attn_varlen_func(
         float(softcap),
         bool(deterministic),
         chunk,
+        margin,
     )
     return (out, softmax_lse) if return_attn_probs else out
 
@@ -380,9 +385,10 @@ def flash_attn_with_kvcache(
 
     Runs on CPU tensors (fa3's CPU path), and on CUDA tensors in a build with the GPU
     KV-cache path (fa3.build_info()["gpu_kvcache"], the FA3_GPU_KVCACHE option; otherwise
-    they raise NotImplementedError), on the current stream. Not supported either (NotImplementedError): qv,
-    cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed queries), pack_gqa=True,
-    sm_margin != 0.
+    they raise NotImplementedError), on the current stream; sm_margin leaves SMs free as
+    in flash_attn_func (here by splitting the keys for fewer SMs). Not supported either
+    (NotImplementedError): qv, cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed
+    queries), pack_gqa=True.
     """
     _checks.reject_unsupported(qv, None, None, None, 1, pack_gqa, sm_margin)
     packed = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new), ("max_seqlen_q", max_seqlen_q))
@@ -424,6 +430,7 @@ def flash_attn_with_kvcache(
         "softcap": float(softcap),
         "attention_chunk": chunk,
         "num_splits": int(num_splits),
+        "sm_margin": _checks.sm_margin_arg(sm_margin),
     }
     return _kvcache.run_kvcache(q, k_cache, v_cache, seqlens, optional, options, return_softmax_lse)
 

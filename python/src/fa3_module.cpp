@@ -32,8 +32,9 @@ namespace fa3::python {
 namespace {
 
 AttentionOptions make_options(float softmax_scale, bool causal, int window_left, int window_right, float softcap,
-                              int attention_chunk) {
+                              int attention_chunk, int sm_margin) {
   AttentionOptions o;
+  o.sm_margin = sm_margin;
   o.softmax_scale = softmax_scale;
   o.causal = causal;
   o.window_left = window_left;
@@ -90,7 +91,7 @@ template <class Out>
 ForwardArgs forward_args(const InArray& q, const InArray& k, const InArray& v, const Out& out,
                          const std::optional<Out>& lse, const std::optional<InArray>& sinks, float softmax_scale,
                          bool causal, int window_left, int window_right, float softcap, int attention_chunk,
-                         const VarlenInputs& varlen, const Fp8Inputs& fp8, Placement& where) {
+                         int sm_margin, const VarlenInputs& varlen, const Fp8Inputs& fp8, Placement& where) {
   ForwardArgs args;
   args.q = to_view("q", q, where);
   args.k = to_view("k", k, where);
@@ -98,7 +99,7 @@ ForwardArgs forward_args(const InArray& q, const InArray& k, const InArray& v, c
   args.out = to_view("out", out, where);
   if (lse) args.lse = to_view("lse", *lse, where);
   if (sinks) args.sinks = to_view("sinks", *sinks, where);
-  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
+  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk, sm_margin);
   args.varlen = varlen.to_args(where);
   args.fp8 = fp8.to_args(where);
   return args;
@@ -113,10 +114,10 @@ void forward(const InArray& q, const InArray& k, const InArray& v, const OutArra
              int max_seqlen_k, const std::optional<InArray>& q_descale, const std::optional<InArray>& k_descale,
              const std::optional<InArray>& v_descale, const std::optional<InArray>& q_block_scale,
              const std::optional<InArray>& k_block_scale, const std::optional<InArray>& v_block_scale,
-             int block_rows) {
+             int block_rows, int sm_margin) {
   Placement where;
   ForwardArgs args = forward_args(
-      q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
+      q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk, sm_margin,
       VarlenInputs{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k},
       Fp8Inputs{q_descale, k_descale, v_descale, q_block_scale, k_block_scale, v_block_scale, block_rows}, where);
   // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
@@ -147,10 +148,10 @@ std::size_t forward_workspace_size(const InArray& q, const InArray& k, const InA
                                    const std::optional<InArray>& q_descale, const std::optional<InArray>& k_descale,
                                    const std::optional<InArray>& v_descale, const std::optional<InArray>& q_block_scale,
                                    const std::optional<InArray>& k_block_scale,
-                                   const std::optional<InArray>& v_block_scale, int block_rows) {
+                                   const std::optional<InArray>& v_block_scale, int block_rows, int sm_margin) {
   Placement where;
   const ForwardArgs args = forward_args(
-      q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk,
+      q, k, v, out, lse, sinks, softmax_scale, causal, window_left, window_right, softcap, attention_chunk, sm_margin,
       VarlenInputs{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k},
       Fp8Inputs{q_descale, k_descale, v_descale, q_block_scale, k_block_scale, v_block_scale, block_rows}, where);
   // The CPU path takes no workspace.
@@ -167,7 +168,7 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
                            const InArray& out, const InArray& lse, const Grad& dq, const Grad& dk, const Grad& dv,
                            const std::optional<InArray>& sinks, const std::optional<Grad>& dsinks, float softmax_scale,
                            bool causal, int window_left, int window_right, float softcap, bool deterministic,
-                           int attention_chunk, const VarlenInputs& varlen, Placement& where) {
+                           int attention_chunk, int sm_margin, const VarlenInputs& varlen, Placement& where) {
   BackwardArgs args;
   args.q = to_view("q", q, where);
   args.k = to_view("k", k, where);
@@ -180,7 +181,7 @@ BackwardArgs backward_args(const InArray& dout, const InArray& q, const InArray&
   args.dv = to_view("dv", dv, where);
   if (sinks) args.sinks = to_view("sinks", *sinks, where);
   if (dsinks) args.dsinks = to_view("dsinks", *dsinks, where);
-  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk);
+  args.options = make_options(softmax_scale, causal, window_left, window_right, softcap, attention_chunk, sm_margin);
   args.deterministic = deterministic;
   args.varlen = varlen.to_args(where);
   return args;
@@ -193,11 +194,12 @@ void backward(const InArray& dout, const InArray& q, const InArray& k, const InA
               const std::optional<OutArray>& workspace, std::uintptr_t stream, int num_threads,
               const std::optional<InArray>& cu_seqlens_q, const std::optional<InArray>& cu_seqlens_k,
               const std::optional<InArray>& seqused_q, const std::optional<InArray>& seqused_k, int max_seqlen_q,
-              int max_seqlen_k) {
+              int max_seqlen_k, int sm_margin) {
   Placement where;
   const VarlenInputs varlen{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k};
   BackwardArgs args = backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal,
-                                    window_left, window_right, softcap, deterministic, attention_chunk, varlen, where);
+                                    window_left, window_right, softcap, deterministic, attention_chunk, sm_margin,
+                                    varlen, where);
   // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
   if (workspace && where.on_cuda()) {
     const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
@@ -224,12 +226,13 @@ std::size_t backward_workspace_size(const InArray& dout, const InArray& q, const
                                     int window_left, int window_right, float softcap, bool deterministic,
                                     int attention_chunk, const std::optional<InArray>& cu_seqlens_q,
                                     const std::optional<InArray>& cu_seqlens_k, const std::optional<InArray>& seqused_q,
-                                    const std::optional<InArray>& seqused_k, int max_seqlen_q, int max_seqlen_k) {
+                                    const std::optional<InArray>& seqused_k, int max_seqlen_q, int max_seqlen_k,
+                                    int sm_margin) {
   Placement where;
   const VarlenInputs varlen{cu_seqlens_q, cu_seqlens_k, seqused_q, seqused_k, max_seqlen_q, max_seqlen_k};
   const BackwardArgs args =
       backward_args(dout, q, k, v, out, lse, dq, dk, dv, sinks, dsinks, softmax_scale, causal, window_left,
-                    window_right, softcap, deterministic, attention_chunk, varlen, where);
+                    window_right, softcap, deterministic, attention_chunk, sm_margin, varlen, where);
   // The CPU path takes no workspace; answering 0 lets a caller ask before every
   // backward() whatever the device.
   if (where.on_host()) return 0;
@@ -351,7 +354,7 @@ NB_MODULE(_C, m) {
         "seqused_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "q_descale"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(),
         "q_block_scale"_a.none() = nb::none(), "k_block_scale"_a.none() = nb::none(),
-        "v_block_scale"_a.none() = nb::none(), "block_rows"_a = 128,
+        "v_block_scale"_a.none() = nb::none(), "block_rows"_a = 128, "sm_margin"_a = 0,
         "Attention forward pass: writes out (and lse unless None). q (batch, seqlen_q, nheads, head_dim); k\n"
         "(batch, seqlen_k, nheads_kv, head_dim); v (batch, seqlen_k, nheads_kv, head_dim_v); out (batch, seqlen_q,\n"
         "nheads, head_dim_v); lse (batch, nheads, seqlen_q) fp32. sinks: None, or one fp32\n"
@@ -364,7 +367,8 @@ NB_MODULE(_C, m) {
         "flash_attn_varlen_func. FP8: e4m3 q, k, v with a bf16 or fp16 out, and optional fp32 scales:\n"
         "q/k/v_descale (batch, nheads_kv), and block scales q_block_scale (batch, nheads, ceil(seqlen_q /\n"
         "block_rows)), k/v_block_scale (batch, nheads_kv, ceil(seqlen_k / block_rows)) (fa3/attention.h); on CUDA\n"
-        "tensors in a build with the FP8 kernels. workspace: for CUDA tensors, a 1-d uint8 array on their device\n"
+        "tensors in a build with the FP8 kernels. sm_margin: SMs the GPU kernels leave free. workspace: for CUDA\n"
+        "tensors, a 1-d uint8 array on their device\n"
         "of at least forward_workspace_size() bytes (0 for all but FP8 calls), 256-byte aligned, allocated until\n"
         "the call's work on the stream is done; host tensors ignore it.");
   m.def("forward_workspace_size", &forward_workspace_size, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), nb::kw_only(),
@@ -374,7 +378,7 @@ NB_MODULE(_C, m) {
         "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "q_descale"_a.none() = nb::none(),
         "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(), "q_block_scale"_a.none() = nb::none(),
         "k_block_scale"_a.none() = nb::none(), "v_block_scale"_a.none() = nb::none(), "block_rows"_a = 128,
-        "Bytes of workspace that forward() needs for these arguments: for CUDA tensors after validating them as\n"
+        "sm_margin"_a = 0, "Bytes of workspace that forward() needs for these arguments: for CUDA tensors after validating them as\n"
         "forward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
   m.def(
       "hadamard_signs",
@@ -397,7 +401,7 @@ NB_MODULE(_C, m) {
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "deterministic"_a = false,
         "attention_chunk"_a = 0, "workspace"_a.none() = nb::none(), "stream"_a = 0, "num_threads"_a = 0,
         "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(),
-        "seqused_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
+        "seqused_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "sm_margin"_a = 0,
         "Attention backward pass: writes dq, dk, dv from the forward's out and lse and the gradient dout.\n"
         "sinks: the forward's (or None); dsinks: None, or an fp32 (nheads,) array to receive their gradient.\n"
         "deterministic: bitwise reproducible gradients (slower on the GPU). workspace: for CUDA tensors, a\n"
@@ -409,7 +413,7 @@ NB_MODULE(_C, m) {
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
         "deterministic"_a = false, "attention_chunk"_a = 0, "cu_seqlens_q"_a.none() = nb::none(),
         "cu_seqlens_k"_a.none() = nb::none(), "seqused_q"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(),
-        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "sm_margin"_a = 0,
         "Bytes of workspace that backward() needs for these arguments: for CUDA tensors after validating them\n"
         "as backward() does (same errors), 0 for host tensors. Reads no tensor data and enqueues nothing.");
   m.def("merge_attention_states", &merge_attention_states, "outs"_a, "lses"_a, "out"_a, "lse"_a, nb::kw_only(),

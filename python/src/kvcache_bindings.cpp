@@ -56,7 +56,7 @@ KvCacheArgs kvcache_args(const InArray& q, const OutArray& k_cache, const OutArr
                          const OptIn& rotary_seqlens, bool rotary_interleaved, const OptIn& sinks,
                          const OptIn& q_descale, const OptIn& k_descale, const OptIn& v_descale, float softmax_scale,
                          bool causal, int window_left, int window_right, float softcap, int attention_chunk,
-                         int num_splits, Placement& where) {
+                         int num_splits, int sm_margin, Placement& where) {
   KvCacheArgs args;
   args.q = to_view("q", q, where);
   args.k_cache = to_view("k_cache", k_cache, where);
@@ -74,6 +74,7 @@ KvCacheArgs kvcache_args(const InArray& q, const OutArray& k_cache, const OutArr
   args.options.window_right = window_right;
   args.options.softcap = softcap;
   args.options.attention_chunk = attention_chunk;
+  args.options.sm_margin = sm_margin;
   args.num_splits = num_splits;
   return args;
 }
@@ -86,12 +87,12 @@ void forward_with_kvcache(const InArray& q, const OutArray& k_cache, const OutAr
                           const OptIn& q_descale, const OptIn& k_descale, const OptIn& v_descale, float softmax_scale,
                           bool causal, int window_left, int window_right, float softcap, int attention_chunk,
                           int num_splits, const std::optional<OutArray>& workspace, std::uintptr_t stream,
-                          int num_threads) {
+                          int num_threads, int sm_margin) {
   Placement where;
   KvCacheArgs args = kvcache_args(q, k_cache, v_cache, cache_seqlens, out, lse, k_new, v_new, page_table,
                                   cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens,
                                   rotary_interleaved, sinks, q_descale, k_descale, v_descale, softmax_scale, causal,
-                                  window_left, window_right, softcap, attention_chunk, num_splits, where);
+                                  window_left, window_right, softcap, attention_chunk, num_splits, sm_margin, where);
   // Only the GPU path has a workspace; a missing one is the C++ layer's error to report.
   if (workspace && where.on_cuda()) {
     const ByteBuffer buffer = to_bytes("workspace", *workspace, where);
@@ -120,13 +121,13 @@ std::size_t kvcache_workspace_size(const InArray& q, const OutArray& k_cache, co
                                    bool rotary_interleaved, const OptIn& sinks, const OptIn& q_descale,
                                    const OptIn& k_descale, const OptIn& v_descale, float softmax_scale, bool causal,
                                    int window_left, int window_right, float softcap, int attention_chunk,
-                                   int num_splits) {
+                                   int num_splits, int sm_margin) {
   Placement where;
   const KvCacheArgs args = kvcache_args(q, k_cache, v_cache, cache_seqlens, out, lse, k_new, v_new, page_table,
                                         cache_batch_idx, cache_leftpad, rotary_cos, rotary_sin, rotary_seqlens,
                                         rotary_interleaved, sinks, q_descale, k_descale, v_descale, softmax_scale,
                                         causal, window_left, window_right, softcap, attention_chunk, num_splits,
-                                        where);
+                                        sm_margin, where);
   // The CPU path takes no workspace.
   if (where.on_host()) return 0;
   std::size_t bytes = 0;
@@ -170,7 +171,7 @@ void register_kvcache_bindings(nb::module_& m) {
         "q_descale"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
         "attention_chunk"_a = 0, "num_splits"_a = 0, "workspace"_a.none() = nb::none(), "stream"_a = 0,
-        "num_threads"_a = 0,
+        "num_threads"_a = 0, "sm_margin"_a = 0,
         "Attention over a KV cache (FlashAttention-3's flash_attn_with_kvcache): appends k_new / v_new into\n"
         "k_cache / v_cache in place at cache_seqlens (rotated when rotary_cos / rotary_sin are given), then\n"
         "writes out (batch, seqlen_q, nheads, head_dim_v) and lse (batch, nheads, seqlen_q) unless None.\n"
@@ -187,7 +188,7 @@ void register_kvcache_bindings(nb::module_& m) {
         "rotary_seqlens"_a.none() = nb::none(), "rotary_interleaved"_a = true, "sinks"_a.none() = nb::none(),
         "q_descale"_a.none() = nb::none(), "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(),
         "softmax_scale"_a = 0.f, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f,
-        "attention_chunk"_a = 0, "num_splits"_a = 0,
+        "attention_chunk"_a = 0, "num_splits"_a = 0, "sm_margin"_a = 0,
         "Bytes of workspace that forward_with_kvcache() needs for these arguments: for CUDA tensors after\n"
         "validating them as it does (except the workspace), 0 for host tensors.");
   m.def("combine", &combine, "out_partial"_a, "lse_partial"_a, "out"_a, "lse"_a.none(), nb::kw_only(), "stream"_a = 0,

@@ -18,7 +18,7 @@ Status backward(const BackwardArgs& args, cudaStream_t stream) {
                                            std::to_string(dev->index) + " (" + dev->name + ") is " +
                                            std::to_string(dev->cc_major) + "." + std::to_string(dev->cc_minor)};
   }
-  return hopper::run_backward(problem, args, dev->sm_count, stream);
+  return hopper::run_backward(problem, args, problem.usable_sms(dev->sm_count), stream);
 }
 
 Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes) {

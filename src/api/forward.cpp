@@ -31,7 +31,8 @@ Status run_on_device(const ForwardArgs& args, const char* kernel, cudaStream_t s
   const bool tunable = kernel == nullptr && !problem.varlen && problem.head_dim_v == problem.head_dim &&
                        hopper::mask_kind(problem) != hopper::MaskKind::kGeneral && args.q.dtype != DType::kFloat8E4M3;
   const std::string tuned = tunable ? tuned_forward_kernel(problem, args.q.dtype, *dev) : std::string();
-  return hopper::run_forward(problem, args, dev->sm_count, stream, tuned.empty() ? kernel : tuned.c_str());
+  return hopper::run_forward(problem, args, problem.usable_sms(dev->sm_count), stream,
+                             tuned.empty() ? kernel : tuned.c_str());
 }
 
 }  // namespace

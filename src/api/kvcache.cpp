@@ -30,7 +30,8 @@ Status forward_with_kvcache(const KvCacheArgs& args, cudaStream_t stream) {
   const DeviceInfo* dev = nullptr;
   FA3_RETURN_IF_ERROR(hopper_device(&dev));
   hopper::KvCachePlan plan;
-  FA3_RETURN_IF_ERROR(hopper::plan_kvcache(problem, args.q.dtype, args.num_splits, dev->sm_count, &plan));
+  FA3_RETURN_IF_ERROR(hopper::plan_kvcache(problem, args.q.dtype, args.num_splits,
+                                                  problem.attention.usable_sms(dev->sm_count), &plan));
   return hopper::run_kvcache(problem, args, plan, stream);
 }
 
@@ -43,7 +44,8 @@ Status kvcache_workspace_size(const KvCacheArgs& args, std::size_t* bytes) {
   const DeviceInfo* dev = nullptr;
   FA3_RETURN_IF_ERROR(hopper_device(&dev));
   hopper::KvCachePlan plan;
-  FA3_RETURN_IF_ERROR(hopper::plan_kvcache(problem, args.q.dtype, args.num_splits, dev->sm_count, &plan));
+  FA3_RETURN_IF_ERROR(hopper::plan_kvcache(problem, args.q.dtype, args.num_splits,
+                                                  problem.attention.usable_sms(dev->sm_count), &plan));
   *bytes = plan.bytes;
   return Status::ok();
 }

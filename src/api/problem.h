@@ -24,6 +24,7 @@ struct Problem {
   std::int64_t window_right = -1;  // resolved: causal gives 0
   float softcap = 0.f;             // 0: off
   std::int64_t chunk = 0;          // attention_chunk; 0: none
+  int sm_margin = 0;               // SMs the GPU kernels leave free (AttentionOptions)
   bool has_sinks = false;          // attention sinks given (fa3/attention.h)
   bool fp8_block_scales = false;  // e4m3 inputs with block scales (fa3/attention.h's Fp8Args)
   // A variable-length batch (fa3/attention.h): batch sequences packed along total_q query
@@ -35,6 +36,9 @@ struct Problem {
   std::int64_t total_k = 0;
 
   std::int64_t group_size() const { return nheads_q / nheads_kv; }
+  // The SMs the GPU kernels of this call may use on a device of `sm_count`: all but the
+  // margin, one at least.
+  int usable_sms(int sm_count) const { return sm_count - sm_margin > 1 ? sm_count - sm_margin : 1; }
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
   bool restricts_keys() const { return has_window() || chunk > 0; }
 

@@ -72,7 +72,7 @@ ValidationTarget gpu_target() {
     const DeviceInfo* dev = nullptr;
     FA3_RETURN_IF_ERROR(current_device_cached(&dev));
     hopper::KvCachePlan plan;
-    FA3_RETURN_IF_ERROR(hopper::plan_kvcache(p, dtype, num_splits, dev->sm_count, &plan));
+    FA3_RETURN_IF_ERROR(hopper::plan_kvcache(p, dtype, num_splits, p.attention.usable_sms(dev->sm_count), &plan));
     *bytes = plan.bytes;
     return Status::ok();
   };

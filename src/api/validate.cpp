@@ -278,12 +278,14 @@ Status check_options(const AttentionOptions& o, const ValidationTarget& target, 
   if (o.attention_chunk > 0 && !target.supports_chunk) {
     return unsupported("attention_chunk: chunked attention is not implemented on this path yet");
   }
+  if (o.sm_margin < 0) return invalid(cat("sm_margin must be >= 0 (SMs left free), got ", o.sm_margin));
   p->softmax_scale = o.softmax_scale > 0.f ? o.softmax_scale : 1.f / std::sqrt(static_cast<float>(p->head_dim));
   p->causal = o.causal;
   p->window_left = o.window_left;
   p->window_right = o.causal ? 0 : o.window_right;
   p->softcap = o.softcap;
   p->chunk = o.attention_chunk;
+  p->sm_margin = o.sm_margin;
   return Status::ok();
 }
 

@@ -85,7 +85,6 @@ def test_positional_arguments_follow_flash_attention_3():
         ("qv", "tensor", "qv"),
         ("num_splits", 2, "num_splits"),
         ("pack_gqa", True, "pack_gqa"),
-        ("sm_margin", 4, "sm_margin"),
     ],
 )
 def test_unsupported_options_raise(option, value, names):
@@ -222,6 +221,17 @@ def test_descales_need_fp8_inputs(option):
     """FP8 scales with bf16 inputs are refused by name (test_fp8.py runs FP8 calls)."""
     with pytest.raises(ValueError, match=re.escape(f"{option}: given, but q's dtype is bf16")):
         fa3.flash_attn_func(*qkv(), **{option: torch.ones(1, 2)})
+
+
+def test_sm_margin_never_changes_the_result():
+    """FlashAttention-3's sm_margin (SMs left free) is taken and checked; the CPU path
+    ignores it, and on the GPU it only narrows the grid."""
+    q, k, v = qkv()
+    assert torch.equal(fa3.flash_attn_func(q, k, v, causal=True, sm_margin=4), fa3.flash_attn_func(q, k, v, causal=True))
+    with pytest.raises(ValueError, match="sm_margin must be >= 0"):
+        fa3.flash_attn_func(q, k, v, sm_margin=-1)
+    with pytest.raises(TypeError, match="sm_margin: expected an int"):
+        fa3.flash_attn_func(q, k, v, sm_margin=1.5)
 
 
 def test_windows_that_restrict_nothing_are_plain_attention():

@@ -104,6 +104,24 @@ def test_opcheck_forward_and_backward(device, deterministic, heads, causal):
     torch.library.opcheck(torch.ops.fa3.bwd.default, args)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_with_sm_margin(device):
+    """opcheck with sm_margin, the ops' last argument, which autograd carries from the
+    forward to the backward as it carries the other options."""
+    head_dim, dtype = kernel_case(device)
+    q, k, v = make_qkv(2, 17, 23, 4, 2, head_dim, dtype, requires_grad=True, device=device)
+    options = (0.0, True, -1, 0, 0.0, True, 0, 3)
+    torch.library.opcheck(torch.ops.fa3.fwd.default, (q, k, v, None, *options))
+    out, lse = torch.ops.fa3.fwd(q, k, v, None, *options)
+    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, None, *options)
+    torch.library.opcheck(torch.ops.fa3.bwd.default, args)
+    # The same gradients as without a margin (deterministic: bitwise on the GPU too).
+    grads = torch.autograd.grad(fa3.flash_attn_func(q, k, v, causal=True, deterministic=True, sm_margin=3).sum(),
+                                (q, k, v))
+    plain = torch.autograd.grad(fa3.flash_attn_func(q, k, v, causal=True, deterministic=True).sum(), (q, k, v))
+    assert all(torch.equal(a, b) for a, b in zip(grads, plain))
+
+
 @pytest.mark.parametrize("heads, causal", [((4, 2), True), ((4, 4), False)], ids=["gqa", "mha"])
 def test_opcheck_with_sinks(heads, causal):
     """opcheck with sinks, an input that requires grad (on CPU tensors: the GPU has no sinks yet)."""

@@ -400,7 +400,6 @@ def test_cuda_backward_of_other_head_dims_is_refused():
         ("qv", "tensor", "qv"),
         ("num_splits", 2, "num_splits=2"),
         ("pack_gqa", True, "pack_gqa"),
-        ("sm_margin", 1, "sm_margin"),
     ],
 )
 def test_unsupported_options_raise(option, value, names):

@@ -19,6 +19,18 @@ Problem square(std::int64_t n) {
   return p;
 }
 
+// The SMs a call's kernels use: all but sm_margin, one at least.
+TEST(Problem, SmMarginLeavesSmsFreeAndOneInUse) {
+  Problem p = square(1);
+  EXPECT_EQ(p.usable_sms(132), 132);
+  p.sm_margin = 4;
+  EXPECT_EQ(p.usable_sms(132), 128);
+  p.sm_margin = 131;
+  EXPECT_EQ(p.usable_sms(132), 1);
+  p.sm_margin = 500;
+  EXPECT_EQ(p.usable_sms(132), 1);
+}
+
 // Ten positions in chunks of four: [0, 3], [4, 7], [8, 9].
 TEST(Problem, ChunksBoundEachRowsKeys) {
   Problem p = square(10);

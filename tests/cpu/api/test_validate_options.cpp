@@ -59,6 +59,10 @@ std::vector<RuleCase<Args>> option_cases() {
        "attention_chunk: chunked attention is not implemented on this path yet"},
       {"cpu_chunk_negative", set([](O& o) { o.attention_chunk = -1; }), kInvalid,
        "attention_chunk must be >= 0 (0: none), got -1", TargetKind::kCpu},
+      {"sm_margin_negative", set([](O& o) { o.sm_margin = -2; }), kInvalid,
+       "sm_margin must be >= 0 (SMs left free), got -2"},
+      {"cpu_sm_margin_negative", set([](O& o) { o.sm_margin = -1; }), kInvalid,
+       "sm_margin must be >= 0 (SMs left free), got -1", TargetKind::kCpu},
       // The value rules hold on the CPU target too, which supports every feature.
       {"cpu_window_conflicts_with_causal", set([](O& o) {
          o.causal = true;

@@ -400,6 +400,19 @@ TEST(BwdGuards, MoreTilesThanSms) {
   }
 }
 
+// sm_margin shrinks the backward's persistent grid; under the accuracy rule as before.
+TEST(BwdGuards, SmMarginKeepsTheAccuracyRule) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  const Kernel& kernel = built_kernels().front();
+  for (const int margin : {16, 100000}) {
+    SCOPED_TRACE(kernel.name() + " sm_margin " + std::to_string(margin));
+    BwdInputs in = make_inputs(kernel.dtype, Shape{4, 700, 900, 4, 2}, kernel.head_dim, kernel.causal, 12);
+    in.args.options.sm_margin = margin;
+    EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
+  }
+}
+
 // Causal with seqlen_q > seqlen_k: the first seqlen_q - seqlen_k query rows see no key
 // (forward: out 0, lse -inf). Their dq is exactly zero, and nothing is NaN anywhere.
 TEST(BwdGuards, RowsWithoutKeysGetZeroGradients) {

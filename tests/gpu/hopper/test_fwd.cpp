@@ -389,6 +389,26 @@ TEST(FwdGuards, BitwiseDeterministicOverManyRuns) {
   }
 }
 
+// sm_margin leaves SMs free: the persistent grid shrinks (to one CTA at the largest
+// margin), each CTA runs more tiles, and the result is bitwise the full grid's.
+TEST(FwdGuards, SmMarginGivesTheSameBytes) {
+  FA3_REQUIRE_HOPPER();
+  for (bool causal : {false, true}) {
+    Inputs in = make_inputs(first_dtype(), {2, 1000, 1000, 8, 2}, mid_head_dim(), causal, 8);
+    ASSERT_TRUE(forward(in.args, nullptr).is_ok());
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto want_out = bytes_of(in.out), want_lse = bytes_of(in.lse);
+    for (const int margin : {8, 100, 100000}) {
+      ForwardArgs a = in.args;
+      a.options.sm_margin = margin;
+      ASSERT_TRUE(forward(a, nullptr).is_ok());
+      FA3_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(bytes_of(in.out), want_out) << "sm_margin " << margin << (causal ? " causal" : "");
+      EXPECT_EQ(bytes_of(in.lse), want_lse) << "sm_margin " << margin << (causal ? " causal" : "");
+    }
+  }
+}
+
 // Several tiles per CTA for every dtype, head dim and kernel, so that each reuses the
 // Q stages, K/V stages and O buffer of the tiles before it. Causal, tiles of every
 // length follow one another, and so do tiles without keys (more queries than keys:
