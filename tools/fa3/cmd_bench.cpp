@@ -79,7 +79,7 @@ BenchConfig parse_bench(const std::vector<std::string>& args) {
   for (Flag& f : pass_flags(&c.pass)) flags.push_back(std::move(f));
   apply_flags(args, flags);
   check_execution(c.exec);
-  check_pass(c.pass);
+  check_pass(c.pass, c.exec.dtype);
   return c;
 }
 
@@ -149,8 +149,8 @@ BenchRecord record_for(const AttentionShape& s, const BenchConfig& c, const Path
 }
 
 // One set of buffers, sized for the largest shape, serves the whole sweep: each shape
-// reads a prefix of the same random inputs. The backward's workspace, too, is sized
-// for the sweep and allocated once.
+// reads a prefix of the same random inputs. The workspaces too (the backward's, and the
+// forward's of e4m3 inputs) are sized for the sweep and allocated once.
 class SweepBuffers {
  public:
   SweepBuffers(const std::vector<AttentionShape>& shapes, const BenchConfig& c, bool gpu) {
@@ -160,6 +160,12 @@ class SweepBuffers {
     if (c.pass.backward) grads_ = std::make_unique<HostGradients>(capacity, c.exec.dtype, c.exec.seed);
     if (!gpu) return;
     device_ = std::make_unique<DeviceTensors>(*host_);
+    std::size_t forward_most = 0;
+    for (const AttentionShape& s : shapes) {
+      std::size_t bytes = 0;
+      if (forward_workspace_size(device_forward(s), &bytes).is_ok()) forward_most = std::max(forward_most, bytes);
+    }
+    if (forward_most > 0) forward_workspace_ = DeviceBuffer(forward_most);
     if (!c.pass.backward) return;
     device_grads_ = std::make_unique<DeviceGradients>(*grads_);
     std::size_t most = 1;
@@ -175,7 +181,12 @@ class SweepBuffers {
   BackwardArgs host_backward(const AttentionShape& s, bool deterministic) const {
     return backward_args(s, host_->pointers(), grads_->pointers(), deterministic);
   }
-  ForwardArgs device_forward(const AttentionShape& s) const { return forward_args(s, device_->pointers()); }
+  ForwardArgs device_forward(const AttentionShape& s) const {
+    ForwardArgs a = forward_args(s, device_->pointers());
+    a.workspace = forward_workspace_.get();
+    a.workspace_bytes = forward_workspace_.bytes();
+    return a;
+  }
   BackwardArgs device_backward(const AttentionShape& s, bool deterministic) const {
     BackwardArgs a = device_args(s, deterministic);
     a.workspace = workspace_.get();
@@ -193,6 +204,7 @@ class SweepBuffers {
   std::unique_ptr<DeviceTensors> device_;
   std::unique_ptr<DeviceGradients> device_grads_;
   DeviceBuffer workspace_;
+  DeviceBuffer forward_workspace_;  // unallocated where no shape needs one
 };
 
 // The timed pass of one shape. A backward first runs the forward once, untimed, for

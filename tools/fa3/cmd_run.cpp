@@ -86,7 +86,7 @@ RunConfig parse_run(const std::vector<std::string>& args) {
   if (!sinks.empty()) s.sinks = per_head_sinks(sinks, s.nheads_q);
 
   check_execution(c.exec);
-  check_pass(c.pass);
+  check_pass(c.pass, c.exec.dtype);
   if (s.nheads_q % s.nheads_kv != 0) {
     throw UsageError("--nheads-kv " + std::to_string(s.nheads_kv) + " must divide --nheads " +
                      std::to_string(s.nheads_q));
@@ -112,10 +112,12 @@ int run_forward(const RunConfig& config) {
   std::string kernel;  // the GPU kernel that ran
   if (path.path == Path::kGpu) {
     const DeviceTensors device(host);
+    DeviceBuffer workspace;
+    const ForwardArgs device_args = with_forward_workspace(forward_args(shape, device.pointers()), workspace);
     std::vector<std::string> kernels;
-    throw_if_error(forward_kernels(forward_args(shape, device.pointers()), &kernels));
+    throw_if_error(forward_kernels(device_args, &kernels));
     kernel = config.exec.kernel.empty() ? kernels.front() : config.exec.kernel;
-    throw_if_error(time_gpu_forward(forward_args(shape, device.pointers()), config.exec.kernel, timing, &t));
+    throw_if_error(time_gpu_forward(device_args, config.exec.kernel, timing, &t));
     device.download_outputs(host);
   } else {
     cpu::Options options;

@@ -65,9 +65,12 @@ std::vector<Flag> pass_flags(PassOptions* o) {
   };
 }
 
-void check_pass(const PassOptions& o) {
+void check_pass(const PassOptions& o, DType dtype) {
   if (o.deterministic && !o.backward) {
     throw UsageError("--deterministic applies to the backward pass; add --backward");
+  }
+  if (o.backward && dtype == DType::kFloat8E4M3) {
+    throw UsageError("--dtype e4m3 runs the forward pass only (FP8 has no backward); drop --backward");
   }
 }
 

@@ -49,6 +49,7 @@ struct PassOptions {
 std::vector<Flag> pass_flags(PassOptions* options);
 
 // --deterministic needs --backward; throws UsageError.
-void check_pass(const PassOptions& options);
+// Also refuses --backward with e4m3 inputs (the FP8 path is forward only).
+void check_pass(const PassOptions& options, DType dtype);
 
 }  // namespace fa3::cli

@@ -25,7 +25,10 @@ PathChoice choose_path(DeviceChoice choice, DType dtype) {
   c.device = current_device();
   const std::string unusable = gpu_unusable_reason(c.device);
   const std::vector<std::string>& built = build_info().dtypes;
-  const bool dtype_built = std::find(built.begin(), built.end(), dtype_name(dtype)) != built.end();
+  // e4m3 inputs run on the FP8 kernels, built beside the 16-bit ones (BuildInfo::gpu_fp8).
+  const bool dtype_built = dtype == DType::kFloat8E4M3
+                               ? build_info().gpu_fp8
+                               : std::find(built.begin(), built.end(), dtype_name(dtype)) != built.end();
   if (choice == DeviceChoice::kGpu) {
     if (!unusable.empty()) throw RunError("--device gpu: " + unusable);
     c.path = Path::kGpu;

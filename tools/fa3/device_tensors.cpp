@@ -1,5 +1,8 @@
 #include "device_tensors.h"
 
+#include "errors.h"
+#include "fa3/attention.h"
+
 namespace fa3::cli {
 
 DeviceTensors::DeviceTensors(const HostTensors& host)
@@ -22,6 +25,16 @@ void DeviceTensors::download_outputs(HostTensors& host) const {
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before reading the outputs");
   cuda_check(cudaMemcpy(h.out, out_.get(), host.out_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of out");
   cuda_check(cudaMemcpy(h.lse, lse_.get(), host.lse_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy of lse");
+}
+
+ForwardArgs with_forward_workspace(ForwardArgs args, DeviceBuffer& buffer) {
+  std::size_t bytes = 0;
+  throw_if_error(forward_workspace_size(args, &bytes));
+  if (bytes == 0) return args;
+  buffer = DeviceBuffer(bytes);
+  args.workspace = buffer.get();
+  args.workspace_bytes = bytes;
+  return args;
 }
 
 DeviceGradients::DeviceGradients(const HostGradients& host)

@@ -26,6 +26,10 @@ class DeviceTensors {
   DeviceBuffer sinks_;  // unallocated (null) without sinks
 };
 
+// `args` with the workspace a GPU forward call needs (V transposed, for e4m3 inputs;
+// none otherwise), allocated into `buffer`, which must outlive the calls.
+ForwardArgs with_forward_workspace(ForwardArgs args, DeviceBuffer& buffer);
+
 class DeviceGradients {
  public:
   // Uploads dout; fills dq, dk and dv with the NaN pattern, as on the host.

@@ -120,7 +120,8 @@ DType parse_dtype(const std::string& flag, const std::string& text) {
   if (text == "bf16") return DType::kBFloat16;
   if (text == "fp16") return DType::kFloat16;
   if (text == "fp32") return DType::kFloat32;
-  bad_value(flag, "bf16, fp16 or fp32", text);
+  if (text == "e4m3") return DType::kFloat8E4M3;
+  bad_value(flag, "bf16, fp16, fp32 or e4m3", text);
 }
 
 DeviceChoice parse_device(const std::string& flag, const std::string& text) {

@@ -90,7 +90,7 @@ HostTensors::HostTensors(const TensorCapacity& capacity, DType dtype, std::uint6
     : q_bytes_(bytes_of(capacity.q_elements, dtype)),
       kv_bytes_(bytes_of(capacity.kv_elements, dtype)),
       v_bytes_(bytes_of(capacity.v_elements, dtype)),
-      out_bytes_(bytes_of(capacity.out_elements, dtype)),
+      out_bytes_(bytes_of(capacity.out_elements, output_dtype(dtype))),
       lse_bytes_(bytes_of(capacity.lse_elements, DType::kFloat32)),
       sinks_bytes_(sinks.size() * sizeof(float)),
       q_(allocate(q_bytes_, "q")),

@@ -58,7 +58,7 @@ ForwardArgs forward_args(const AttentionShape& shape, const TensorPointers& ptrs
   a.q = TensorView::contiguous(ptrs.q, s.dtype, {s.batch, s.seqlen_q, s.nheads_q, s.head_dim});
   a.k = TensorView::contiguous(ptrs.k, s.dtype, {s.batch, s.seqlen_k, s.nheads_kv, s.head_dim});
   a.v = TensorView::contiguous(ptrs.v, s.dtype, {s.batch, s.seqlen_k, s.nheads_kv, s.value_dim()});
-  a.out = TensorView::contiguous(ptrs.out, s.dtype, {s.batch, s.seqlen_q, s.nheads_q, s.value_dim()});
+  a.out = TensorView::contiguous(ptrs.out, output_dtype(s.dtype), {s.batch, s.seqlen_q, s.nheads_q, s.value_dim()});
   a.lse = TensorView::contiguous(ptrs.lse, DType::kFloat32, {s.batch, s.nheads_q, s.seqlen_q});
   if (ptrs.sinks != nullptr) a.sinks = TensorView::contiguous(ptrs.sinks, DType::kFloat32, {s.nheads_q});
   a.options = s.options;

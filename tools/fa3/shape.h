@@ -10,6 +10,9 @@
 
 namespace fa3::cli {
 
+// out's dtype for inputs of `dtype`: the same, or bf16 for e4m3 (FP8) inputs.
+inline DType output_dtype(DType dtype) { return dtype == DType::kFloat8E4M3 ? DType::kBFloat16 : dtype; }
+
 struct AttentionShape {
   std::int64_t batch = 1;
   std::int64_t seqlen_q = 512;

@@ -52,7 +52,8 @@ shape:
   --head-dim-v N     head dimension of v and out, and so of dout and dv (default:
                      --head-dim); one of its own, such as DeepSeek-V3's 192 and
                      128, runs on the CPU only so far
-  --dtype T          bf16 | fp16 | fp32; fp32 runs on the CPU only (default bf16)
+  --dtype T          bf16 | fp16 | fp32 | e4m3 (default bf16); fp32 runs on the
+                     CPU only; e4m3 (FP8) inputs give bf16 out, forward only
 pass:
   --backward         time the backward pass: fa3::backward on the GPU, its
                      workspace allocated once; on the CPU fa3::cpu::backward,
@@ -134,7 +135,8 @@ options:
   --non-causal       non-causal shapes only (neither or both: both)
   --tokens N         batch x seqlen; batch = max(1, N / seqlen)
   --hidden N         nheads x head dim; nheads = max(1, N / head dim)
-  --dtype T          bf16 | fp16 | fp32; fp32 runs on the CPU only (default bf16)
+  --dtype T          bf16 | fp16 | fp32 | e4m3 (default bf16); fp32 runs on the
+                     CPU only; e4m3 (FP8) inputs give bf16 out, forward only
   --device D         auto | gpu | cpu (default auto, as in `fa3 run`)
   --iters N          timed calls per shape; the median is reported
   --warmup N         untimed calls per shape first

@@ -156,6 +156,20 @@ TEST_F(CliBench, NonCausalOnly) {
   for (const JsonValue& rec : doc->array) EXPECT_FALSE(rec.find("causal")->boolean);
 }
 
+// e4m3 inputs (FP8, bf16 out) time the forward and say so in every record.
+TEST_F(CliBench, E4m3IsRecorded) {
+  const CliResult r = run_cli(std::string(kTinySweep) + " --dtype e4m3 --json " + json_);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto doc = parse_json(read_file(json_));
+  ASSERT_TRUE(doc.has_value());
+  ASSERT_EQ(doc->array.size(), 8u);
+  for (const JsonValue& rec : doc->array) {
+    EXPECT_EQ(rec.find("dtype")->string, "e4m3");
+    EXPECT_EQ(rec.find("pass")->string, "fwd");
+    EXPECT_GT(rec.find("tflops")->number, 0);
+  }
+}
+
 // A shape the library rejects is reported and left out; the files stay valid.
 TEST_F(CliBench, RejectedShapeExitsOneAndIsLeftOut) {
   const CliResult r = run_cli("bench --device cpu --head-dims 16,300 --seqlens 16 --tokens 16 --hidden 300 "

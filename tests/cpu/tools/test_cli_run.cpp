@@ -80,6 +80,11 @@ INSTANTIATE_TEST_SUITE_P(
         RunCase{"fp32_head_dim_v_512_all_rows",
                 "--dtype fp32 --seqlen 40 --nheads 2 --head-dim 64 --head-dim-v 512 --window 6,2 --check-rows 1000",
                 "batch 1, seqlen_q 40, seqlen_k 40, nheads 2 (kv 2), head dim 64 (v 512), fp32, window (6, 2)", 1e-5},
+        // FP8: e4m3 inputs, bf16 out, the P rounding's bound; causal with GQA, every row.
+        RunCase{"e4m3_gqa_causal_all_rows",
+                "--dtype e4m3 --batch 2 --seqlen-q 70 --seqlen-k 90 --nheads 4 --nheads-kv 2 --head-dim 64 --causal "
+                "--check-rows 1000",
+                "batch 2, seqlen_q 70, seqlen_k 90, nheads 4 (kv 2), head dim 64, e4m3, causal", 1e-1},
         // --head-dim-v equal to --head-dim is the plain problem.
         RunCase{"head_dim_v_same", "--seqlen 33 --nheads 2 --head-dim 48 --head-dim-v 48",
                 "batch 1, seqlen_q 33, seqlen_k 33, nheads 2 (kv 2), head dim 48, bf16", 2e-2}),
