@@ -50,6 +50,9 @@ struct RingArgs {
   TensorView lse;  // optional: written, fp32 (batch, nheads_q, shard_len), over the whole sequence
   float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim)
   bool causal = false;        // over the whole sequence; the shards are then zigzag (see above)
+  // SMs every block's attention call leaves free (AttentionOptions::sm_margin), for the
+  // transfers that run beside it.
+  int sm_margin = 0;
   // The stream the transfers run on, so that they overlap the compute stream's kernels;
   // nullptr runs them on the compute stream (correct, without overlap). Ordered after
   // the compute stream's earlier work, and the compute stream waits for it at the end.
@@ -89,6 +92,7 @@ struct RingBackwardArgs {
   TensorView dv;    // written: v's shape and dtype
   float softmax_scale = 0.f;  // 0 selects 1/sqrt(head_dim); the forward's
   bool causal = false;        // the forward's
+  int sm_margin = 0;          // as in RingArgs
   // Passed to every block's fa3::backward; the blocks' sums follow the ring's fixed step
   // order, so that repeated calls give bitwise identical dq, dk and dv.
   bool deterministic = false;

@@ -48,6 +48,7 @@ Status compute_block(const RingArgs& args, const KvShard& shard, const detail::R
   fwd.lse = detail::sequence_part(block_lse, 2, step.block.q_half);
   fwd.options.softmax_scale = args.softmax_scale;
   fwd.options.causal = step.block.causal;
+  fwd.options.sm_margin = args.sm_margin;
   FA3_RETURN_IF_ERROR(forward(fwd, stream));
   // The first step's block is the own shard's, which covers every query row.
   return detail::merge_block(detail::running_result(args, layout), fwd.out, fwd.lse, step.block.q_half, first, stream);

@@ -70,6 +70,7 @@ BackwardArgs shard_backward_args(const RingBackwardArgs& args) {
   whole.dv = args.dv;
   whole.options.softmax_scale = args.softmax_scale;
   whole.options.causal = args.causal;
+  whole.options.sm_margin = args.sm_margin;
   whole.deterministic = args.deterministic;
   whole.workspace = args.workspace;
   whole.workspace_bytes = args.workspace_bytes;
@@ -90,6 +91,7 @@ BackwardArgs block_backward_args(const RingBackwardArgs& args, const BlockView& 
   b.dv = sequence_part(grads.dv, 1, block.kv_half);
   b.options.softmax_scale = args.softmax_scale;
   b.options.causal = block.causal;
+  b.options.sm_margin = args.sm_margin;
   b.deterministic = args.deterministic;
   return b;
 }

@@ -95,6 +95,7 @@ ForwardArgs shard_forward_args(const RingArgs& args) {
   whole.lse = args.lse;
   whole.options.softmax_scale = args.softmax_scale;
   whole.options.causal = args.causal;
+  whole.options.sm_margin = args.sm_margin;
   return whole;
 }
 

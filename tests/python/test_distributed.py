@@ -111,6 +111,11 @@ def errors_worker(rank, world_size, port):
         groups = [dist.new_group([r]) for r in range(world_size)]
         out = fn(q, q, q, causal=True, group=groups[rank])
         torch.testing.assert_close(out, fa3.flash_attn_func(q, q, q, causal=True))
+        # sm_margin reaches the local kernels (SMs left to the transfers) and changes no
+        # result; a negative one is refused on every rank.
+        torch.testing.assert_close(fn(q, q, q, causal=True, sm_margin=4), fn(q, q, q, causal=True), atol=0, rtol=0)
+        with pytest.raises(ValueError, match="sm_margin must be >= 0"):
+            fn(q, q, q, sm_margin=-1)
     leave()
 
 

@@ -56,7 +56,7 @@ def _whole_sequence(shard, causal, group):
 
 
 def allgather_flash_attn_func(
-    q, k, v, softmax_scale=None, causal=False, group=None, deterministic=False, return_attn_probs=False
+    q, k, v, softmax_scale=None, causal=False, group=None, deterministic=False, return_attn_probs=False, sm_margin=0
 ):
     """ring_flash_attn_func's arguments, shards and results, computed by gathering K/V
     on every rank instead of passing it around a ring (memory: the whole K/V sequence
@@ -66,14 +66,16 @@ def allgather_flash_attn_func(
     world_size = dist.get_world_size(group)
     if world_size == 1:
         return flash_attn_func(
-            q, k, v, softmax_scale, causal, deterministic=deterministic, return_attn_probs=return_attn_probs
+            q, k, v, softmax_scale, causal, deterministic=deterministic, return_attn_probs=return_attn_probs,
+            sm_margin=sm_margin,
         )
     _checks.check_across_ranks(q, k, v, causal, group)
     full_k = _whole_sequence(k, causal, group)
     full_v = _whole_sequence(v, causal, group)
     if not causal:
         return flash_attn_func(
-            q, full_k, full_v, softmax_scale, deterministic=deterministic, return_attn_probs=return_attn_probs
+            q, full_k, full_v, softmax_scale, deterministic=deterministic, return_attn_probs=return_attn_probs,
+            sm_margin=sm_margin,
         )
     # Zigzag: the first chunk (r) sees keys up to its own end, the second (2W-1-r) too;
     # bottom-right causal alignment puts each chunk's queries at the end of its keys.
@@ -87,6 +89,7 @@ def allgather_flash_attn_func(
             True,
             deterministic=deterministic,
             return_attn_probs=True,
+            sm_margin=sm_margin,
         )
         for q_half, end in zip(q.chunk(2, dim=1), ((rank + 1) * chunk, (2 * world_size - rank) * chunk))
     ]
@@ -128,6 +131,7 @@ def allgather_flash_attn_varlen_func(
     group=None,
     deterministic=False,
     return_attn_probs=False,
+    sm_margin=0,
 ):
     """ring_flash_attn_varlen_func's arguments, shards and results, computed by
     gathering K/V on every rank instead of passing it around a ring (memory: the whole
@@ -141,7 +145,7 @@ def allgather_flash_attn_varlen_func(
     if world_size == 1:
         return flash_attn_varlen_func(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=softmax_scale,
-            causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs,
+            causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs, sm_margin=sm_margin,
         )
     key_rows, q_offsets, k_offsets = _varlen_keys(offsets, dist.get_rank(group), world_size, bool(causal))
     key_rows = key_rows.to(q.device)
@@ -159,4 +163,5 @@ def allgather_flash_attn_varlen_func(
         causal=causal,
         deterministic=deterministic,
         return_attn_probs=return_attn_probs,
+        sm_margin=sm_margin,
     )

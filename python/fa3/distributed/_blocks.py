@@ -22,25 +22,30 @@ from .. import _torch_ops
 from ..interface import flash_attn_func
 
 
-def block_forward(q, k, v, scale, causal):
+def block_forward(q, k, v, scale, causal, sm_margin=0):
     """(out, lse) of one block, out in fp32 for the merges."""
-    out, lse = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, return_attn_probs=True)
+    out, lse = flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, return_attn_probs=True, sm_margin=sm_margin)
     return out.float(), lse
 
 
-def block_backward(dout, q, k, v, out, lse, scale, causal, deterministic):
+def block_backward(dout, q, k, v, out, lse, scale, causal, deterministic, sm_margin=0):
     """(dq, dk, dv) of one block in fp32; out and lse are the whole row's."""
     if q.device.type == "cuda":
         # lse arrives as a slice of the shard's (batch, nheads, seqlen) rows.
         dq, dk, dv, _ = _torch_ops.attention_backward(
-            dout, q, k, v, out, lse.contiguous(), None, scale, causal, -1, 0 if causal else -1, 0.0, deterministic, 0
+            dout, q, k, v, out, lse.contiguous(), None, scale, causal, -1, 0 if causal else -1, 0.0, deterministic, 0,
+            sm_margin,
         )
         return dq.float(), dk.float(), dv.float()
     return block_backward_with_torch(dout, q, k, v, out, lse, scale, causal)
 
 
 class Dense:
-    """Fixed-length shards: a zigzag half is a chunk of the sequence dim, a view."""
+    """Fixed-length shards: a zigzag half is a chunk of the sequence dim, a view. The
+    blocks' kernels leave `sm_margin` SMs free (for the ring's transfers)."""
+
+    def __init__(self, sm_margin=0):
+        self.sm_margin = sm_margin
 
     @staticmethod
     def rows(t, half, dim=1):
@@ -53,7 +58,9 @@ class Dense:
         self.rows(t, half, dim).add_(value)
 
     def forward(self, q, k, v, q_half, kv_half, scale, causal):
-        return block_forward(self.rows(q, q_half), self.rows(k, kv_half), self.rows(v, kv_half), scale, causal)
+        return block_forward(
+            self.rows(q, q_half), self.rows(k, kv_half), self.rows(v, kv_half), scale, causal, self.sm_margin
+        )
 
     def backward(self, dout, q, k, v, out, lse, q_half, kv_half, scale, causal, deterministic):
         return block_backward(
@@ -66,6 +73,7 @@ class Dense:
             scale,
             causal,
             deterministic,
+            self.sm_margin,
         )
 
 

@@ -122,7 +122,7 @@ class _RingAttention(torch.autograd.Function):
 
 
 def ring_flash_attn_func(
-    q, k, v, softmax_scale=None, causal=False, group=None, deterministic=False, return_attn_probs=False
+    q, k, v, softmax_scale=None, causal=False, group=None, deterministic=False, return_attn_probs=False, sm_margin=0
 ):
     """Exact attention over a sequence sharded across the ranks of `group` (default:
     the whole world), by ring passing of K/V.
@@ -132,7 +132,9 @@ def ring_flash_attn_func(
     the same shape and dtype. causal=True takes zigzag shards (zigzag_shard), seqlen
     even; otherwise shards are consecutive in rank order (or any order: without a mask
     the order of keys does not matter). GQA/MQA: only the nheads_k K/V heads travel.
-    softmax_scale and deterministic act as in fa3.flash_attn_func.
+    softmax_scale, deterministic and sm_margin act as in fa3.flash_attn_func: with a
+    margin the attention kernels leave SMs to the ring's transfers, which run beside
+    them.
 
     Returns this rank's shard of the output, or (out, softmax_lse) with
     return_attn_probs, as flash_attn_func does; differentiable in q, k and v. A group
@@ -143,11 +145,13 @@ def ring_flash_attn_func(
     group = group or dist.group.WORLD
     if dist.get_world_size(group) == 1:
         return flash_attn_func(
-            q, k, v, softmax_scale, causal, deterministic=deterministic, return_attn_probs=return_attn_probs
+            q, k, v, softmax_scale, causal, deterministic=deterministic, return_attn_probs=return_attn_probs,
+            sm_margin=sm_margin,
         )
     _checks.check_across_ranks(q, k, v, causal, group)
     scale = _fa3_checks.softmax_scale_arg(softmax_scale) or q.shape[3] ** -0.5
-    out, lse = _RingAttention.apply(q, k, v, scale, bool(causal), bool(deterministic), _Ring(group))
+    shards = _blocks.Dense(_fa3_checks.sm_margin_arg(sm_margin))
+    out, lse = _RingAttention.apply(q, k, v, scale, bool(causal), bool(deterministic), _Ring(group), shards)
     return (out, lse) if return_attn_probs else out
 
 
@@ -164,6 +168,7 @@ def ring_flash_attn_varlen_func(
     group=None,
     deterministic=False,
     return_attn_probs=False,
+    sm_margin=0,
 ):
     """ring_flash_attn_func on packed batches: exact attention over sequences packed
     without padding, each sequence sharded across the ranks of `group` (default: the
@@ -194,10 +199,10 @@ def ring_flash_attn_varlen_func(
     if dist.get_world_size(group) == 1:
         return flash_attn_varlen_func(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=softmax_scale,
-            causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs,
+            causal=causal, deterministic=deterministic, return_attn_probs=return_attn_probs, sm_margin=sm_margin,
         )
     scale = _fa3_checks.softmax_scale_arg(softmax_scale) or q.shape[2] ** -0.5
-    shards = _varlen_blocks.Packed(offsets, bool(causal), q.device)
+    shards = _varlen_blocks.Packed(offsets, bool(causal), q.device, _fa3_checks.sm_margin_arg(sm_margin))
     # The ring's loops take the packed rows as one sequence of a batch of one.
     out, lse = _RingAttention.apply(
         q[None], k[None], v[None], scale, bool(causal), bool(deterministic), _Ring(group), shards

@@ -19,9 +19,11 @@ from ._blocks import block_backward_with_torch
 
 class Packed:
     """The layout of a packed shard whose local offsets are `offsets` (a list of
-    ints), with its zigzag halves when `zigzag`, index tensors on `device`."""
+    ints), with its zigzag halves when `zigzag`, index tensors on `device`; the blocks'
+    kernels leave `sm_margin` SMs free."""
 
-    def __init__(self, offsets, zigzag, device):
+    def __init__(self, offsets, zigzag, device, sm_margin=0):
+        self.sm_margin = sm_margin
         halved = [o // 2 for o in offsets]
         lengths = _varlen_shards.lengths(offsets)
         self.offsets = {None: offsets, 0: halved, 1: halved}
@@ -61,6 +63,7 @@ class Packed:
             softmax_scale=scale,
             causal=causal,
             return_attn_probs=True,
+            sm_margin=self.sm_margin,
         )
         return out.float()[None], lse[None]
 
@@ -92,6 +95,7 @@ class Packed:
                 0.0,
                 deterministic,
                 0,
+                self.sm_margin,
             )
         else:
             dq, dk, dv = self._backward_with_torch(dout, q, k, v, out, lse, q_half, kv_half, scale, causal)

@@ -202,6 +202,7 @@ TEST(RingBackwardArgs, ABlocksCallTakesItsRowsOfEveryTensorAndTheWholeRowsStatis
   RingBackwardArgs a = valid_args();
   a.softmax_scale = 0.5f;
   a.deterministic = true;
+  a.sm_margin = 6;
   const KvShard kv{TensorView::contiguous(at(0x2000000), DType::kBFloat16, {2, 6, 2, 64}),
                    TensorView::contiguous(at(0x3000000), DType::kBFloat16, {2, 6, 2, 64})};
   const ShardGradients grads{TensorView::contiguous(at(0x4000000), DType::kBFloat16, {2, 6, 4, 64}),
@@ -223,6 +224,7 @@ TEST(RingBackwardArgs, ABlocksCallTakesItsRowsOfEveryTensorAndTheWholeRowsStatis
   EXPECT_EQ(later.dv.shape[1], 6);
   EXPECT_FALSE(later.options.causal);
   EXPECT_EQ(later.options.softmax_scale, 0.5f);
+  EXPECT_EQ(later.options.sm_margin, 6) << "the SMs left to the transfers";
   EXPECT_TRUE(later.deterministic);
   EXPECT_EQ(later.workspace, nullptr) << "the caller gives the block's workspace";
   // An earlier rank's shard: every query against its first chunk.

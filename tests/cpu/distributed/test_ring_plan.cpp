@@ -206,6 +206,16 @@ TEST(RingValidate, AcceptsAValidShard) {
   EXPECT_TRUE(validate(plain).is_ok()) << validate(plain).to_string();
 }
 
+// sm_margin is the blocks' (AttentionOptions'), with its rule.
+TEST(RingValidate, SmMarginReachesTheCallsAndIsChecked) {
+  RingArgs a = valid_args();
+  a.sm_margin = 8;
+  EXPECT_TRUE(validate(a).is_ok()) << validate(a).to_string();
+  EXPECT_EQ(shard_forward_args(a).options.sm_margin, 8);
+  a.sm_margin = -1;
+  expect_invalid(validate(a), "sm_margin must be >= 0 (SMs left free), got -1");
+}
+
 TEST(RingValidate, RankOutsideTheWorld) {
   expect_invalid(validate(valid_args(), 4, 4), "comm: rank 4 of 4 ranks; need 0 <= rank < world size");
   expect_invalid(validate(valid_args(), 0, 0), "comm: rank 0 of 0 ranks");
