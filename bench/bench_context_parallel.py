@@ -5,6 +5,7 @@ Run under torchrun, one process per GPU (NCCL):
     torchrun --nproc-per-node 8 bench/bench_context_parallel.py
     torchrun --nproc-per-node 2 bench/bench_context_parallel.py --seqlens 32768 131072 --passes fwd
     torchrun --nproc-per-node 2 bench/bench_context_parallel.py --backend gloo --device cpu --tiny
+    torchrun --nproc-per-node 2 bench/bench_context_parallel.py --sm-margin 8   # SMs left to NCCL
 
 One attention over a whole sequence of 32k ... 1M tokens (batch 1, GQA 32:8, head dim
 128, bf16), sharded along the sequence over the W ranks, causal (zigzag shards,
@@ -67,7 +68,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import fa3  # noqa: E402
 from fa3 import distributed as cp  # noqa: E402
-from fa3.distributed import _ring  # noqa: E402
+from fa3.distributed import _blocks, _ring  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_attention import gpu_slug  # noqa: E402
@@ -248,7 +249,7 @@ def checked(world, out, ref):
 
 
 def fa3_variant(fn_name, world, inputs, ref_shard, causal, pass_, args):
-    attention = getattr(cp, fn_name)
+    attention = functools.partial(getattr(cp, fn_name), sm_margin=args.sm_margin)
     q, k, v, dout = (shard(t, world, causal) for t in inputs)
     out = world.agree(lambda: attention(q, k, v, causal=causal))
     fields = {"rel_err": checked(world, out[:, :, :CHECK_HEADS], ref_shard)}
@@ -303,16 +304,17 @@ def ring_breakdown(world, q, k, v, dout, causal, pass_, args):
                 wait_grads()
 
     local = _NoTransfer(world)
+    shards = _blocks.Dense(args.sm_margin)
     if pass_ == "fwd":
 
         def compute():
-            return _ring._ring_forward(q, k, v, scale, causal, local)
+            return _ring._ring_forward(q, k, v, scale, causal, local, shards)
 
     else:
         leaves = tuple(t.detach().requires_grad_() for t in (q, k, v))
 
         def compute():
-            out, _ = _ring._RingAttention.apply(*leaves, scale, causal, False, local)
+            out, _ = _ring._RingAttention.apply(*leaves, scale, causal, False, local, shards)
             return torch.autograd.grad(out, leaves, dout)
 
     return {
@@ -405,6 +407,8 @@ def run_point(world, seqlen, causal, args, gpu):
     ref = fa3.flash_attn_func(q[:, :, :CHECK_HEADS], k[:, :, :1], v[:, :, :1], causal=causal)
     ref_shard = shard(ref, world, causal)
     base = {"gpu": gpu, "backend": world.backend}
+    if args.sm_margin:
+        base["sm_margin"] = args.sm_margin
     records = []
     for pass_ in args.passes:
         baseline_ms, baseline_error = one_gpu(world, inputs, causal, pass_, args)
@@ -464,6 +468,9 @@ def parse_args(argv=None):
     parser.add_argument(
         "--tiny", action="store_true", help=f"a smoke run: seqlens {TINY_SEQLENS}, one timed call per measurement"
     )
+    parser.add_argument(
+        "--sm-margin", type=int, default=0, help="SMs fa3's kernels leave to the transfers (sm_margin; default 0)"
+    )
     parser.add_argument("--budget-ms", type=float, default=1000, help="timing budget per measurement (ms)")
     parser.add_argument("--min-iters", type=int, default=3)
     parser.add_argument("--max-iters", type=int, default=50)
@@ -479,6 +486,8 @@ def parse_args(argv=None):
         parser.error("--backend nccl: takes --device cuda (gloo runs the CPU path)")
     if not 1 <= args.min_iters <= args.max_iters:
         parser.error("--min-iters / --max-iters: need 1 <= min <= max")
+    if args.sm_margin < 0:
+        parser.error("--sm-margin: SMs left free, >= 0")
     args.causal = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     args.passes = [p for p in PASSES if p in args.passes]
     return args

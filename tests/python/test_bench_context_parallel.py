@@ -97,6 +97,7 @@ def test_tiny_takes_one_timed_call_and_small_lengths():
         (["--device", "cpu"], "--backend nccl: takes --device cuda"),
         (["--seqlens", "0"], "--seqlens: lengths must be positive"),
         (["--min-iters", "5", "--max-iters", "2"], "need 1 <= min <= max"),
+        (["--sm-margin", "-1"], "--sm-margin: SMs left free, >= 0"),
     ],
 )
 def test_bad_options_are_usage_errors(argv, message, capsys):
@@ -123,7 +124,7 @@ def test_nvls_is_off_unless_the_environment_says_otherwise():
 def test_tiny_run_on_two_cpu_processes(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     command += [str(BENCH / "bench_context_parallel.py"), "--backend", "gloo", "--device", "cpu", "--tiny"]
-    command += ["--timeout-min", "5", "--out-dir", str(tmp_path)]
+    command += ["--timeout-min", "5", "--out-dir", str(tmp_path), "--sm-margin", "4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=DEADLINE_S)
@@ -136,7 +137,7 @@ def test_tiny_run_on_two_cpu_processes(tmp_path):
     variants = ("one_gpu", "ring", "allgather", "torch_cp")
     assert keys == [(p, c, v) for c in (False, True) for p in ("fwd", "fwd_bwd") for v in variants]
     for r in records:
-        assert r["seqlen"] == bench.TINY_SEQLENS[0] and r["backend"] == "gloo"
+        assert r["seqlen"] == bench.TINY_SEQLENS[0] and r["backend"] == "gloo" and r["sm_margin"] == 4
         if r["variant"] == "torch_cp" and r["ms"] is None:  # PyTorch's CP is for GPUs: refusals are recorded
             assert r["status"] == "unavailable" and r["error"]
             continue
