@@ -141,6 +141,60 @@ def test_refusals_name_the_argument(fa3_active):
         torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.5)
 
 
+def _packed(device="cpu", dtype=torch.float32, head_dim=32):
+    """A packed batch of three sequences (lengths 5, 0, 9), 4 query heads on 2 KV heads."""
+    generator = torch.Generator(device=device).manual_seed(2)
+    cu = torch.tensor([0, 5, 5, 14], dtype=torch.int32, device=device)
+    q = torch.randn(14, 4, head_dim, dtype=dtype, device=device, generator=generator)
+    k, v = (torch.randn(14, 2, head_dim, dtype=dtype, device=device, generator=generator) for _ in range(2))
+    dout = torch.randn(14, 4, head_dim, dtype=dtype, device=device, generator=generator)
+    return q, k, v, dout, cu
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("window", [(None, None), (3, 0)])
+def test_flash_operators_run_packed_batches_forward_and_backward(is_causal, window):
+    """aten's flash forward and backward on a packed batch (torch.nn.attention.varlen's
+    way in) give fa3.flash_attn_varlen_func's out, lse and gradients, bitwise (the
+    operators called directly, on the CPU path)."""
+    q, k, v, dout, cu = _packed()
+    left, right = window
+    out, lse, *_ = fa3_sdpa._flash_forward(
+        q, k, v, cu, cu, 9, 9, 0.0, is_causal, False, window_size_left=left, window_size_right=right
+    )
+    grads = fa3_sdpa._flash_backward(
+        dout, q, k, v, out, lse, cu, cu, 9, 9, 0.0, is_causal, torch.empty(0), torch.empty(0),
+        window_size_left=left, window_size_right=right,
+    )
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    window_size = (-1 if left is None else left, -1 if right is None else right)
+    want, want_lse = fa3.interface.flash_attn_varlen_func(
+        *leaves, cu, cu, 9, 9, causal=is_causal, window_size=window_size, return_attn_probs=True
+    )
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+    want_grads = torch.autograd.grad(want, leaves, dout)
+    assert all(torch.equal(a, b) for a, b in zip(grads, want_grads))
+
+
+@pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
+@pytest.mark.skipif(not hasattr(attention, "varlen"), reason="this torch has no torch.nn.attention.varlen")
+def test_gpu_varlen_attn_trains_on_fa3(fa3_active):
+    """torch.nn.attention.varlen.varlen_attn with fa3 active, forward and backward, per
+    sequence within bf16's rule of the math backend in fp32."""
+    q, k, v, dout, cu = _packed("cuda", torch.bfloat16, 128)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attention.varlen.varlen_attn(*leaves, cu, cu, 9, 9, is_causal=True)
+    grads = torch.autograd.grad(out, leaves, dout)
+    for start, end in ((0, 5), (5, 14)):
+        seq = [t[start:end].detach().float().transpose(0, 1).requires_grad_() for t in (q, k, v)]
+        with sdpa_kernel(SDPBackend.MATH):
+            ref = F.scaled_dot_product_attention(*seq, is_causal=True, enable_gqa=True)
+        ref_grads = torch.autograd.grad(ref, seq, dout[start:end].float().transpose(0, 1))
+        assert _max_diff(out[start:end], ref.transpose(0, 1)) < 2e-2
+        for got, want in zip(grads, ref_grads):
+            assert _max_diff(got[start:end], want.transpose(0, 1)) < 5e-2
+
+
 @pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_gpu_flash_backend_within_the_rule(fa3_active, is_causal):

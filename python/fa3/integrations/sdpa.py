@@ -15,14 +15,15 @@ where torch would have run its flash kernels. Restoring removes the kernels.
 
 What fa3 cannot run raises NotImplementedError naming it, rather than silently running
 something else: dropout, a causal mask with more keys than queries (SDPA aligns it to
-the top-left corner, fa3 to the bottom-right) and, on CUDA for now, variable-length
-batches. Torch's CPU flash backend also takes explicit masks, which fa3 does not; such
-calls are computed in plain float32 arithmetic instead.
+the top-left corner, fa3 to the bottom-right), ALiBi, paged K/V with packed queries, and
+what fa3's own calls refuse (on CUDA, the backward of variable-length batches runs at
+head dim 128). Torch's CPU flash backend also takes explicit masks, which fa3 does not;
+such calls are computed in plain float32 arithmetic instead.
 """
 
 import torch
 
-from .. import _checks, _torch_ops, interface
+from .. import _checks, _torch_ops, _torch_varlen_ops, interface
 
 NAME = "fa3"
 
@@ -210,7 +211,10 @@ def _flash_forward(
     with cum_seq_q, packed (total, heads, d); causal aligned to the bottom-right corner."""
     _refuse_dropout(dropout_p)
     if alibi_slopes is not None or block_table is not None:
-        raise NotImplementedError("alibi_slopes, block_table: fa3 does not implement ALiBi or paged KV yet")
+        raise NotImplementedError(
+            "alibi_slopes, block_table: fa3 implements neither ALiBi nor paged K/V with packed queries yet "
+            "(fa3.flash_attn_with_kvcache takes paged caches)"
+        )
     options = {
         "softmax_scale": scale,
         "causal": bool(is_causal),
@@ -241,11 +245,16 @@ def _flash_backward(
     rng_state, unused, *, scale=None, window_size_left=None, window_size_right=None,
 ):
     _refuse_dropout(dropout_p)
+    window = _window(window_size_left, window_size_right)
     if cum_seq_q is not None and cum_seq_q.numel():
-        raise NotImplementedError(
-            "cum_seq_q: fa3's GPU kernels take no variable-length batch yet (the forward refused it too)"
+        # A packed batch (torch.nn.attention.varlen): fa3's varlen backward, the mask
+        # resolved against the bounds as the forward resolved it.
+        causal, left, right = _checks.mask_args(is_causal, window, max_q, max_k)
+        dq, dk, dv, _ = _torch_varlen_ops.varlen_backward(
+            grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous(), query, key, value, out, logsumexp,
+            cum_seq_q, cum_seq_k, None, None, max_q, max_k, None, 0.0 if scale is None else float(scale), causal, left,
+            right, 0.0, False, 0,
         )
-    dq, dk, dv, _ = _backward(
-        grad_out, query, key, value, out, logsumexp, scale, is_causal, _window(window_size_left, window_size_right)
-    )
+        return dq, dk, dv
+    dq, dk, dv, _ = _backward(grad_out, query, key, value, out, logsumexp, scale, is_causal, window)
     return dq, dk, dv
