@@ -127,7 +127,8 @@ def test_packed_sequences_from_flattening_keywords():
 
 @pytest.mark.parametrize("causal, window_size, softcap", [(True, (-1, -1), 0.0), (False, (2, 1), 5.0)])
 def test_per_sequence_loop_equals_the_varlen_call(causal, window_size, softcap):
-    # What CUDA tensors run until fa3's kernels take varlen batches, checked on the CPU.
+    # What CUDA tensors run where fa3's GPU varlen paths do not take the call, checked on
+    # the CPU.
     cu_q = torch.tensor([0, 3, 3, 9, 10], dtype=torch.int32)
     cu_k = torch.tensor([0, 4, 6, 12, 12], dtype=torch.int32)
     generator = torch.Generator().manual_seed(4)
@@ -137,6 +138,24 @@ def test_per_sequence_loop_equals_the_varlen_call(causal, window_size, softcap):
     got = fa3_transformers._varlen_by_sequence(q, k, v, cu_q, cu_k, options)
     want = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 6, **options)
     assert _max_diff(got, want) <= 1e-6
+
+
+def test_gpu_varlen_is_taken_where_the_build_runs_it(monkeypatch):
+    """CUDA calls go to the varlen kernels in a build with them, for gradients at the GPU
+    varlen backward's head dim only; the rule itself needs no GPU."""
+    q, k, v = (torch.zeros(10, 2, d) for d in (128, 128, 128))
+    monkeypatch.setattr(fa3_transformers, "build_info", lambda: {"gpu_varlen": False})
+    assert not fa3_transformers._gpu_varlen_runs(q, k, v)
+    monkeypatch.setattr(fa3_transformers, "build_info", lambda: {"gpu_varlen": True})
+    assert fa3_transformers._gpu_varlen_runs(q, k, v)
+    narrow = torch.zeros(10, 2, 64)
+    assert fa3_transformers._gpu_varlen_runs(narrow, narrow, narrow), "no gradient wanted: any head dim"
+    grad = [t.clone().requires_grad_() for t in (q, k, v)]
+    assert fa3_transformers._gpu_varlen_runs(*grad)
+    narrow_grad = narrow.clone().requires_grad_()
+    assert not fa3_transformers._gpu_varlen_runs(narrow_grad, narrow, narrow)
+    with torch.no_grad():
+        assert fa3_transformers._gpu_varlen_runs(narrow_grad, narrow, narrow)
 
 
 def _loss_curve(attn_implementation, steps=4):

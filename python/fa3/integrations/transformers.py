@@ -15,14 +15,19 @@ fa3.flash_attn_varlen_func on the tokens alone otherwise: padded batches (the 2-
 and packed ones (several sequences in a row, told by position_ids restarting, or by the
 cu_seq_lens_q / cu_seq_lens_k keywords of transformers' DataCollatorWithFlattening).
 Causal masking, GQA, sliding windows and logit softcapping come from the layer. CPU
-tensors run fa3's CPU path; CUDA tensors fa3's kernels, which take no varlen batch yet,
-so on the GPU a padded or packed batch runs one flash_attn_func call per sequence for
-now.
+tensors run fa3's CPU path; CUDA tensors fa3's kernels, varlen ones where the build has
+the GPU varlen paths (fa3.build_info()["gpu_varlen"]) and, when gradients are wanted, the
+head dim is the GPU varlen backward's (128); otherwise a padded or packed batch runs one
+flash_attn_func call per sequence.
 """
 
 import torch
 
 from .. import interface
+from .._info import build_info
+
+# The head dim of the GPU's varlen backward (fa3/attention.h: it refuses the others).
+_GPU_VARLEN_BACKWARD_HEAD_DIM = 128
 
 _PACKED_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
@@ -151,11 +156,21 @@ def _packed_attention(q, k, v, packed, options):
 
 
 def _varlen(q, k, v, bounds, options):
-    """flash_attn_varlen_func on packed (tokens, heads, d) tensors; on CUDA, whose kernels
-    take no variable-length batch yet, flash_attn_func on each sequence in turn."""
-    if q.device.type != "cuda":
+    """flash_attn_varlen_func on packed (tokens, heads, d) tensors, or on CUDA where fa3's
+    GPU varlen paths do not take the call (_gpu_varlen_runs), flash_attn_func on each
+    sequence in turn."""
+    if q.device.type != "cuda" or _gpu_varlen_runs(q, k, v):
         return interface.flash_attn_varlen_func(q, k, v, *bounds, **options)
     return _varlen_by_sequence(q, k, v, bounds[0], bounds[1], options)
+
+
+def _gpu_varlen_runs(q, k, v):
+    """Whether fa3's GPU varlen paths take a packed call of these tensors, forward and, if
+    gradients are wanted, backward."""
+    if not build_info()["gpu_varlen"]:
+        return False
+    wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return not wants_grad or q.shape[-1] == v.shape[-1] == _GPU_VARLEN_BACKWARD_HEAD_DIM
 
 
 def _varlen_by_sequence(q, k, v, cu_q, cu_k, options):
