@@ -449,7 +449,8 @@ Status validate_backward(const BackwardArgs& a, const ValidationTarget& target, 
   FA3_RETURN_IF_ERROR(check_options(a.options, target, &p));
   FA3_RETURN_IF_ERROR(check_head_dim_v_supported(p, target));
   if (has_sinks) FA3_RETURN_IF_ERROR(check_sinks_supported(target));
-  // Before the workspace: its size is the kernels', which take no varlen call yet.
+  // Before the workspace: a target without varlen refuses the call rather than size a
+  // workspace for it.
   if (layout.varlen) FA3_RETURN_IF_ERROR(check_varlen_supported(target));
   p.has_sinks = has_sinks;
   if (device && target.backward_workspace) {
