@@ -11,6 +11,12 @@ version, CUDA tensors one kernel per tensor (bitwise equal to the CPU version on
 
     qkv8 = fa3.fp8.quantize(q, k, v)
     out = fa3.flash_attn_func(qkv8.q, qkv8.k, qkv8.v, block_scales=qkv8.block_scales)
+
+A packed batch (flash_attn_varlen_func's layout) quantizes per sequence, its blocks
+counted from each sequence's first row:
+
+    qkv8 = fa3.fp8.quantize(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mq, max_seqlen_k=mk)
+    out = fa3.flash_attn_varlen_func(qkv8.q, qkv8.k, qkv8.v, cu_q, cu_k, mq, mk, block_scales=qkv8.block_scales)
 """
 
 from typing import NamedTuple
