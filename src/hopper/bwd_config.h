@@ -44,12 +44,6 @@ struct BwdConfig {
   // regular ones moved over before every GEMM (R2UR), which frees registers for the
   // step. Measured per head dim (docs/perf-log.md): kept where it was faster.
   bool uniform_slices = false;
-  // dK's GEMM issued in two halves of its rows (dkv_swap: the head dim), the second after
-  // dQ's last slice (dq_slices 2), so that every slice's hand-off to the dQ warp (stores,
-  // the async-proxy fence, the barrier) overlaps a GEMM instead of ending the step;
-  // FlashAttention-3 interleaves its head dim 256 step the same way. Off until measured
-  // (docs/perf-log.md).
-  bool split_dk = false;
   bool varlen = false;  // carries the varlen paths (bwd_has_varlen_kernel); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }

@@ -455,35 +455,21 @@ struct BwdConsumer {
     do_pipe.consumer_release_each(do_state);
     do_state.advance();
 
-    // dK's GEMM: whole, or (Traits::kSplitDk) half `half` of the head dim (dKᵀ = Qᵀ·dS,
-    // Qᵀ's rows the halves), the second half issued after dQ's last slice.
-    const auto issue_dk = [&](auto half) {
-      if constexpr (kDkvRS) {
-        Tensor tdKrdSt = make_tensor(rdS.data(), acc_as_a_layout(tdPrdP.layout()));
-        gemm_async<false>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, q_stage), tdKrdK);
-      } else {
-        Tensor tdKrdSt = mma_operand<!kDkvSwap>(op_dkv, sdSt);
-        if constexpr (Traits::kSplitDk) {
-          gemm_async_rows<2, decltype(half)::value, false>(mma_dkv, tdKrQt(_, _, _, q_stage),
-                                                           tdKrdSt(_, _, _, ds_stage), tdKrdK);
-        } else {
-          gemm_ab<kDkvSwap, false>(mma_dkv, tdKrdSt(_, _, _, ds_stage), tdKrQt(_, _, _, q_stage), tdKrdK);
-        }
-      }
-    };
-    issue_dk(_0{});
+    // dK's GEMM, running while dQ's first slice is handed on.
+    if constexpr (kDkvRS) {
+      Tensor tdKrdSt = make_tensor(rdS.data(), acc_as_a_layout(tdPrdP.layout()));
+      gemm_async<false>(mma_dkv, tdKrdSt, tdKrQt(_, _, _, q_stage), tdKrdK);
+    } else {
+      Tensor tdKrdSt = mma_operand<!kDkvSwap>(op_dkv, sdSt);
+      gemm_ab<kDkvSwap, false>(mma_dkv, tdKrdSt(_, _, _, ds_stage), tdKrQt(_, _, _, q_stage), tdKrdK);
+    }
     warpgroup_wait<1>();  // dQ's first slice is complete
     warpgroup_fence_operand(tdQrdQ);
     dq_out(tdQrdQ, 0);
     CUTE_UNROLL
     for (int slice = 1; slice < kSlices; ++slice) {
       issue_dq(slice);
-      if constexpr (Traits::kSplitDk) {
-        issue_dk(_1{});  // runs while this slice is handed on
-        warpgroup_wait<1>();
-      } else {
-        warpgroup_wait<0>();
-      }
+      warpgroup_wait<0>();
       warpgroup_fence_operand(tdQrdQ);
       dq_out(tdQrdQ, slice);
     }

@@ -39,9 +39,6 @@ struct BwdTraits {
   static constexpr bool kVarlen = kCfg.varlen;
   static constexpr bool kOverlapTileSwitch = kCfg.overlap_tile_switch;
   static constexpr bool kUniformSlices = kCfg.uniform_slices;
-  static constexpr bool kSplitDk = kCfg.split_dk;
-  static_assert(!kSplitDk || (kDkvSwap && !kDkvRS && kDqSlices == 2),
-                "dK in halves of the head dim, beside dQ's two slices, from dS in shared memory");
   static_assert(!kOverlapTileSwitch || kDkvRS, "an overlapped tile switch stores dK/dV from whole key rows");
   static_assert(!kPInDqStaging || (!kDkvRS && kDsStages == 1), "P in dQ's staging buffer: one P buffer");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");

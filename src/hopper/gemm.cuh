@@ -58,19 +58,6 @@ __device__ __forceinline__ void gemm_async_slice(TiledMma& mma, const TA& a, con
   }
 }
 
-// gemm_async restricted to row block kSlice of both A's and C's MMA_M modes (each holds
-// kSlices of them): a GEMM issued in parts that accumulate into the rows of one whole
-// accumulator. The slice is a template argument: C's registers cannot be indexed at run
-// time.
-template <int kSlices, int kSlice, bool kZeroInit, class TiledMma, class TA, class TB, class TC>
-__device__ __forceinline__ void gemm_async_rows(TiledMma& mma, const TA& a, const TB& b, TC& c) {
-  using namespace cute;
-  static_assert(decltype(size<1>(a))::value == kSlices && decltype(size<1>(c))::value == kSlices,
-                "one MMA row block per slice, in A and in C");
-  Tensor c_rows = row_block(c, kSlice);
-  gemm_async<kZeroInit>(mma, row_block(a, kSlice), b, c_rows);
-}
-
 // The fragment of `t` as the A operand (kAsA) or the B operand of `thr`'s MMA.
 template <bool kAsA, class ThrMma, class T>
 __device__ __forceinline__ auto mma_operand(const ThrMma& thr, const T& t) {

@@ -93,6 +93,27 @@ TEST_P(ForwardWorkspaceRule, IsRejectedWithItsMessage) {
 }
 INSTANTIATE_TEST_SUITE_P(Workspace, ForwardWorkspaceRule, ::testing::ValuesIn(workspace_cases()), case_name<Args>);
 
+// A build whose only forward kernels are FP8 ones (no 16-bit dtype listed) runs e4m3
+// calls and refuses 16-bit ones as a build without kernels.
+TEST(ValidateForwardWorkspace, Fp8KernelsAloneRunFp8Calls) {
+  ValidFp8Args valid;
+  HostBuffer workspace(kWorkspaceBytes);
+  ForwardArgs a = fp8_args(valid);
+  a.workspace = workspace.data();
+  a.workspace_bytes = kWorkspaceBytes;
+  ValidationTarget t = workspace_target();
+  t.dtypes.clear();
+  t.head_dims.clear();
+  Problem p;
+  const Status s = validate_forward(a, t, &p);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  const Status refused = validate_forward(ValidArgs().forward(), t, &p);
+  EXPECT_EQ(refused.code(), StatusCode::kNotSupported);
+  EXPECT_EQ(refused.message(), "no GPU kernels were built into this library");
+  t.supports_fp8 = false;
+  EXPECT_EQ(validate_forward(a, t, &p).message(), "no GPU kernels were built into this library");
+}
+
 TEST(ValidateForwardWorkspace, AskedOfTheResolvedProblemAndDtype) {
   ValidFp8Args valid;
   HostBuffer workspace(kWorkspaceBytes);

@@ -73,21 +73,6 @@ TEST(BwdConfig, OverlappedTileSwitchWhereDkvLeaveFromRegisters) {
   }
 }
 
-// dK's GEMM in halves of the head dim beside dQ's two slices (BwdConfig::split_dk):
-// only where dK/dV split the head dim and dS is read from shared memory; not yet on at
-// any head dim (it has not been measured).
-TEST(BwdConfig, SplitDkOnlyBesideTwoDqSlices) {
-  for (int d : kHeadDims) {
-    SCOPED_TRACE(d);
-    const BwdConfig c = bwd_config(d);
-    EXPECT_FALSE(c.split_dk);
-    BwdConfig split = c;
-    split.split_dk = true;
-    const bool allowed = split.dkv_swap && !split.dkv_from_registers() && split.dq_slices == 2;
-    EXPECT_EQ(allowed, d == 256) << "where the split could be switched on";
-  }
-}
-
 TEST(BwdWorkspace, RegionsAreAlignedDisjointAndSized) {
   for (bool deterministic : {false, true}) {
     for (std::int64_t hkv : {8, 2}) {
