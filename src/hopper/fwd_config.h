@@ -9,6 +9,8 @@
 // has a buffer of its own. The Hopper limit is 227 KB.
 #pragma once
 
+#include <initializer_list>
+
 namespace fa3::hopper {
 
 // How the epilogue gets O to global memory.
@@ -89,7 +91,8 @@ constexpr bool fwd_carries_varlen(int head_dim, bool general_mask, bool fp8 = fa
   return kVarlenKernels && fwd_family_carries_varlen(head_dim, general_mask, fp8);
 }
 
-// The FP8 kernels' lean softmax (FA3_FP8_LEAN_SOFTMAX, off until it has run on a GPU):
+// The FP8 kernels' lean softmax at the head dims of FA3_FP8_LEAN_HEAD_DIMS (on where it
+// has run on a GPU and measured faster):
 // k's block scale enters the softmax once per block instead of multiplying every score,
 // and the softmax references move lazily, as the 16-bit kernels' do, with a growth
 // bound that keeps the shifted e4m3 P in range (hopper/softmax.cuh). Calls with block
@@ -97,11 +100,14 @@ constexpr bool fwd_carries_varlen(int head_dim, bool general_mask, bool fp8 = fa
 // Read from SASS: the hdim 128 kernel's step without a mask issued about 9.3
 // instructions per score, one multiply for k's scale and one for O's rescale among them,
 // where FlashAttention-3's FP8 kernel issues 6.1 (docs/perf-log.md).
-#ifdef FA3_FP8_LEAN_SOFTMAX
-inline constexpr bool kFp8LeanSoftmax = true;
-#else
-inline constexpr bool kFp8LeanSoftmax = false;
+constexpr bool fp8_lean_softmax([[maybe_unused]] int head_dim) {
+#ifdef FA3_FP8_LEAN_HEAD_DIMS
+  for (int d : {FA3_FP8_LEAN_HEAD_DIMS}) {
+    if (d == head_dim) return true;
+  }
 #endif
+  return false;
+}
 
 inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.
@@ -135,8 +141,8 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 //
 // FP8 (e4m3) inputs (input_bytes 1) take the same rules, with two exceptions: Q·Kᵀ
 // reads Q from shared memory (an e4m3 A operand from registers would need Q's bytes
-// regrouped after ldmatrix), and the softmax is the plain online one unless
-// kFp8LeanSoftmax, since P is shifted by 2^8 before its rounding to e4m3 and a stale
+// regrouped after ldmatrix), and the softmax is the plain online one unless lean
+// (fp8_lean_softmax), since P is shifted by 2^8 before its rounding to e4m3 and a stale
 // reference must not push it past e4m3's range (hopper/softmax.cuh); its rescale of O
 // also applies V's block scales (hopper/fp8_scales.cuh).
 constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int input_bytes = 2) {
@@ -175,7 +181,7 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int i
   // vote on the softmax's critical path. Two warpgroups at head dim 64, where the
   // softmax is the longer half of each step and one other warpgroup hides it, lost
   // 4 % on short causal rows; everywhere else it gained (docs/perf-log.md).
-  const bool lazy_rescale = fp8 ? kFp8LeanSoftmax : head_dim_v > 64 || wgs > 2;
+  const bool lazy_rescale = fp8 ? fp8_lean_softmax(head_dim) : head_dim_v > 64 || wgs > 2;
   // A warpgroup's causal diagonal ends 64 rows before the next one's. That leaves it a
   // whole key block short of the tile's last one whenever a block boundary falls in
   // between: in most tiles of three or more warpgroups or of key blocks that are not

@@ -221,13 +221,14 @@ struct FwdConsumer {
   // Once S = Q·K_nᵀ has landed: frees K's stage, applies the block's k scale (FP8
   // kernels, hopper/fp8_scales.cuh), masks the block if it needs it, and folds S into
   // the online softmax (S becomes P). Returns whether O must be rescaled by `rescale`
-  // (warp-uniform). With the lean FP8 softmax (kFp8LeanSoftmax) the softmax takes k's
-  // scale itself, and moves its references at every block of a call with block scales.
+  // (warp-uniform). With the lean FP8 softmax (fp8_lean_softmax, which gives an FP8
+  // kernel lazy references: FwdConfig::lazy_rescale) the softmax takes k's scale
+  // itself, and moves its references at every block of a call with block scales.
   template <bool kFirst, class Scales, class TensorS, class TensorC, class Softmax, int kRows>
   __device__ __forceinline__ bool scores_to_probs(Pipeline& k_pipe, const Mask& mask, TensorS& s, const TensorC& coord,
                                                   int m_block, int n, const Scales& scales, float k_scale,
                                                   Softmax& softmax, float (&rescale)[kRows]) {
-    constexpr bool kScaledSoftmax = Scales::kOn && kFp8LeanSoftmax;
+    constexpr bool kScaledSoftmax = Scales::kOn && Traits::kCfg.lazy_rescale;
     k_pipe.consumer_release(k_state, lane);
     k_state.advance();
     if constexpr (Scales::kOn && !kScaledSoftmax) {
@@ -327,8 +328,6 @@ struct FwdConsumer {
   __device__ void mma_tile(SharedStorage& smem, int q_stage, QFragment& q_frag, Pipeline& k_pipe, Pipeline& v_pipe,
                            const Mask& mask, int m_block, BlockRange keys, int v_valid, TensorO& tOrO, Softmax& softmax,
                            const Scales& scales, float& v_last, QueryRead&& q_read, LastPvIssued&& last_pv_issued) {
-    static_assert(!Scales::kOn || !Traits::kCfg.lazy_rescale || kFp8LeanSoftmax,
-                  "V's block scales ride on a rescale at every block, which only the lean FP8 softmax forces");
     using namespace cute;
     Tensor sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});

@@ -184,7 +184,7 @@ TEST(FwdConfig, Fp8TilesFitAndKeepTheirRules) {
     EXPECT_EQ(c.o_store, OStore::kOwnBuffer);
     EXPECT_EQ(c.q_stages, 2);
     EXPECT_FALSE(c.q_registers);
-    EXPECT_EQ(c.lazy_rescale, kFp8LeanSoftmax);
+    EXPECT_EQ(c.lazy_rescale, fp8_lean_softmax(t.head_dim));
     EXPECT_EQ(c.producer_regs, 56);
     EXPECT_EQ(c.consumer_regs, 224);
   }

@@ -598,7 +598,7 @@ TEST(Fp8ForwardKernel, EveryBuiltTile) {
 // Rows' maxima grow after the first key blocks visited, so that O is rescaled, while
 // V's block scales change from block to block (block_gain), with block scales alone and
 // with descales too; and with descales alone, where a lazy softmax reference
-// (FA3_FP8_LEAN_SOFTMAX) moves only on such growth.
+// (FA3_FP8_LEAN_HEAD_DIMS) moves only on such growth.
 TEST(Fp8ForwardKernel, GrowingMaxAndChangingVScales) {
   FA3_REQUIRE_HOPPER();
   if (!built(DType::kBFloat16)) GTEST_SKIP() << "no FP8 kernel with bf16 out at head dim 128 (FA3_GPU_FP8, FA3_DTYPES)";
