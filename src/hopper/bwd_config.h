@@ -48,8 +48,8 @@ struct BwdConfig {
   // (16 bytes a thread, a warp's 512 contiguous), in the order the bulk reduce-add
   // writes them, instead of staged in shared memory for the dQ warp: no staging
   // stores, fences or dQ barriers in the step, and no dQ warp. Deterministic calls take
-  // the turn of each query block around the step's reds. Measured per head dim
-  // (docs/perf-log.md).
+  // the turn of each query block around the step's reds. Off until it has been
+  // measured against the staging (docs/perf-log.md: predicted +2-6 % at head dim 256).
   bool dq_red = false;
   bool varlen = false;  // carries the varlen paths (bwd_has_varlen_kernel); set by launch_bwd
 
