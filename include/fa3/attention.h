@@ -84,7 +84,10 @@
 // FlashAttention-3's V_colmajor layout, on both paths. As FP8 wgmma reads V with its keys
 // contiguous, the call first writes V transposed into the caller's workspace
 // (ForwardArgs::workspace, of forward_workspace_size() bytes; a varlen call's holds every
-// sequence's keys and 272 more per sequence).
+// sequence's keys and 272 more per sequence), except in a build whose FP8 kernels
+// transpose V in shared memory (BuildInfo::gpu_fp8_vt_smem, the FA3_FP8_VT_SMEM option):
+// there FP8 calls need no workspace, and v's base and strides must be 16-byte multiples,
+// as q's and k's.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -170,7 +173,8 @@ struct ForwardArgs {
   VarlenArgs varlen;  // optional: a variable-length batch (see above)
   Fp8Args fp8;        // scales of e4m3 q, k, v (see above)
   // Device scratch memory of the GPU path, owned by the caller: at least
-  // forward_workspace_size() bytes, 256-byte aligned. FP8 calls need it (V transposed);
+  // forward_workspace_size() bytes, 256-byte aligned. FP8 calls need it (V transposed),
+  // unless the build's FP8 kernels transpose V themselves (BuildInfo::gpu_fp8_vt_smem);
   // every other call needs 0 bytes, and may leave it null. Its contents on entry do not
   // matter, and it is the caller's again once the call's work on the stream is done: no
   // memory is allocated inside a call, so a captured CUDA graph replays without
@@ -211,7 +215,8 @@ struct BackwardArgs {
 // output is touched and nothing is enqueued.
 Status forward(const ForwardArgs& args, cudaStream_t stream);
 
-// The workspace fa3::forward needs for `args`, in bytes (0 for all but FP8 calls).
+// The workspace fa3::forward needs for `args`, in bytes (0 for all but FP8 calls, and for
+// those too where the FP8 kernels transpose V in shared memory).
 // Validates `args` as forward() does, except the workspace and where the pointers live,
 // so it can be asked before the workspace exists; reads no tensor data and enqueues
 // nothing.

@@ -18,6 +18,7 @@ struct BuildInfo {
   bool gpu_fp8 = false;            // e4m3 forward calls run on the FP8 GPU kernels (FA3_GPU_FP8)
   bool gpu_fp8_varlen = false;     // and varlen ones with e4m3 inputs too (FA3_GPU_FP8_VARLEN)
   bool gpu_fp8_kvcache = false;    // forward_with_kvcache on e4m3 caches too (FA3_GPU_FP8_KVCACHE)
+  bool gpu_fp8_vt_smem = false;    // the FP8 kernels transpose V in shared memory: no workspace (FA3_FP8_VT_SMEM)
 };
 
 const BuildInfo& build_info();

@@ -307,6 +307,7 @@ nb::dict build_info_dict() {
   d["gpu_fp8"] = b.gpu_fp8;
   d["gpu_fp8_varlen"] = b.gpu_fp8_varlen;
   d["gpu_fp8_kvcache"] = b.gpu_fp8_kvcache;
+  d["gpu_fp8_vt_smem"] = b.gpu_fp8_vt_smem;
   return d;
 }
 

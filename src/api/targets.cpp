@@ -62,6 +62,7 @@ ValidationTarget gpu_target() {
   t.fp8_block_rows = hopper::kFp8BlockRows;
   // And varlen e4m3 calls where the build switches them on (hopper::fwd_fp8_varlen_enabled).
   t.supports_fp8_varlen = hopper::fwd_fp8_varlen_enabled();
+  t.fp8_v_by_tma = hopper::fwd_fp8_vt_in_smem();
   t.locate = locate_device_pointer;
   t.forward_workspace = hopper::fwd_workspace_bytes;
   // forward_with_kvcache runs on its own kernels once the build switches them on

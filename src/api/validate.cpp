@@ -223,8 +223,9 @@ Status check_head_dim_v_supported(const Problem& p, const ValidationTarget& targ
 }
 
 // TMA reads whole 16-byte units: base pointers and every non-unit stride must be
-// 16-byte multiples (the last dimension is contiguous already). `tma_role`: the role of
-// a tensor TMA reads (its dims named in the messages); none for one read element-wise.
+// 16-byte multiples (the contiguous dimension is checked already: the last, or for an
+// e4m3 v with its keys contiguous the seqlen dimension). `tma_role`: the role of a tensor
+// TMA reads (its dims named in the messages); none for one read element-wise.
 Status check_device_tensor(const char* name, const TensorView& t, const ValidationTarget& target,
                            std::optional<Role> tma_role) {
   const std::string n = name;
@@ -233,7 +234,9 @@ Status check_device_tensor(const char* name, const TensorView& t, const Validati
       return invalid(n + ": data pointer is not 16-byte aligned (TMA needs it)");
     }
     const std::int64_t elems_per_16b = 16 / static_cast<std::int64_t>(dtype_size(t.dtype));
-    for (int d = 0; d < t.rank - 1; ++d) {
+    const int contiguous = t.stride[t.rank - 1] == 1 ? t.rank - 1 : t.rank - 3;
+    for (int d = 0; d < t.rank; ++d) {
+      if (d == contiguous) continue;
       if (t.stride[d] % elems_per_16b != 0) {
         return invalid(cat(n, ": stride ", t.stride[d], " of dim ", d, " (", layout_of(*tma_role).dims[d],
                            ") is not a multiple of ", elems_per_16b, " elements (16 bytes; TMA needs it)"));
@@ -355,8 +358,11 @@ Status validate_forward(const ForwardArgs& a, const ValidationTarget& target, Pr
   if (device) {
     FA3_RETURN_IF_ERROR(check_device_tensor("q", a.q, target, layout.rows));
     FA3_RETURN_IF_ERROR(check_device_tensor("k", a.k, target, layout.rows));
-    // An e4m3 v is read element-wise (by the transpose into the workspace), not by TMA.
-    FA3_RETURN_IF_ERROR(check_device_tensor("v", a.v, target, fp8 ? std::nullopt : std::optional<Role>(layout.rows)));
+    // An e4m3 v is read element-wise (by the transpose into the workspace), unless the
+    // kernels transpose it in shared memory, which TMA fills.
+    const bool v_by_tma = !fp8 || target.fp8_v_by_tma;
+    FA3_RETURN_IF_ERROR(
+        check_device_tensor("v", a.v, target, v_by_tma ? std::optional<Role>(layout.rows) : std::nullopt));
     FA3_RETURN_IF_ERROR(check_device_tensor("out", a.out, target, layout.rows));
     if (has_lse) FA3_RETURN_IF_ERROR(check_device_tensor("lse", a.lse, target, std::nullopt));
     if (has_sinks) FA3_RETURN_IF_ERROR(check_device_tensor("sinks", a.sinks, target, std::nullopt));

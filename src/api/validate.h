@@ -40,6 +40,9 @@ struct ValidationTarget {
   bool supports_fp8 = false;
   int fp8_block_rows = 0;
   bool supports_fp8_varlen = false;   // e4m3 inputs in a varlen call too
+  // e4m3 v is read by TMA (its base and strides 16-byte multiples), not element-wise by
+  // a transpose into the workspace: FP8 kernels that transpose V in shared memory.
+  bool fp8_v_by_tma = false;
   bool supports_fp8_kvcache = false;  // e4m3 inputs in forward_with_kvcache
   // Device only: returns an empty string when `ptr` is memory the current device can
   // use, else a description of what it is ("host memory", "memory of device 1").

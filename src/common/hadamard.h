@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FA3_HOST_DEVICE __host__ __device__
-#else
-#define FA3_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace fa3::hadamard {
 

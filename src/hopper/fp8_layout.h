@@ -20,11 +20,7 @@
 // order, takes byte permutes and two shuffles per register (FlashAttention-3's way).
 #pragma once
 
-#if defined(__CUDACC__)
-#define FA3_HOST_DEVICE __host__ __device__
-#else
-#define FA3_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace fa3::hopper {
 
@@ -54,5 +50,3 @@ FA3_HOST_DEVICE constexpr long long fp8_vt_seq_start(long long offset_k, long lo
 }
 
 }  // namespace fa3::hopper
-
-#undef FA3_HOST_DEVICE

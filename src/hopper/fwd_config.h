@@ -48,6 +48,7 @@ struct FwdConfig {
   bool skip_blocks;     // a warpgroup skips the key blocks its rows do not see (fwd_mainloop.cuh)
   bool q_registers;     // Q·Kᵀ reads Q from registers, loaded once per tile (fwd_mainloop.cuh)
   int cluster_m;        // CTAs of a cluster, on consecutive query blocks, sharing each K/V load
+  bool vt_smem = false; // FP8: V transposed in shared memory by the producer warpgroup (kFp8VtInSmem)
   bool varlen = false;  // carries the varlen paths (fwd_carries_varlen); set by launch_fwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
@@ -109,14 +110,27 @@ constexpr bool fp8_lean_softmax([[maybe_unused]] int head_dim) {
   return false;
 }
 
+// Whether the FP8 kernels transpose V themselves, tile by tile in shared memory (two
+// warps of the producer warpgroup, hopper/fwd_vt_transpose.cuh), instead of reading Vᵀ
+// from the caller's workspace, written by a pass over V before the kernel
+// (hopper/fp8_vt.h): only in a build with FA3_FP8_VT_SMEM, off until it has run on a GPU.
+// FP8 calls then need no workspace.
+#ifdef FA3_FP8_VT_SMEM
+inline constexpr bool kFp8VtInSmem = true;
+#else
+inline constexpr bool kFp8VtInSmem = false;
+#endif
+
 inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.
 inline constexpr int kSmemReserveBytes = 2048;
 
+// With V transposed in shared memory (vt_smem), V's ring holds V as it lands and a second
+// ring of as many stages holds Vᵀ.
 constexpr int fwd_smem_bytes(int head_dim, int head_dim_v, FwdTile tile, int stages, int q_stages, bool o_buffer,
-                             int input_bytes = 2) {
+                             int input_bytes = 2, bool vt_smem = false) {
   const int q = tile.block_m * head_dim * input_bytes;
-  const int kv = stages * tile.block_n * (head_dim + head_dim_v) * input_bytes;
+  const int kv = stages * tile.block_n * (head_dim + (vt_smem ? 2 : 1) * head_dim_v) * input_bytes;
   const int o = tile.block_m * head_dim_v * 2;
   return q_stages * q + kv + (o_buffer ? o : 0) + kSmemReserveBytes;
 }
@@ -145,23 +159,29 @@ constexpr int fwd_smem_bytes(int head_dim, FwdTile tile, int stages, int q_stage
 // (fp8_lean_softmax), since P is shifted by 2^8 before its rounding to e4m3 and a stale
 // reference must not push it past e4m3's range (hopper/softmax.cuh); its rescale of O
 // also applies V's block scales (hopper/fp8_scales.cuh).
-constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int input_bytes = 2) {
+// `fp8_vt_smem`: whether FP8 kernels transpose V in shared memory (the build's choice;
+// tests ask for either).
+constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int input_bytes = 2,
+                               bool fp8_vt_smem = kFp8VtInSmem) {
   const bool fp8 = input_bytes == 1;
   const int wgs = tile.block_m / 64;
   // Four warpgroups go through a 64-key block in about half the time three take for a
   // 128-key one, so two stages would request a tile's first block too late to hide
   // its latency: a third (8 KB per operand at hdim 64) gained 3-5 % at 512 tokens.
   const int stages = tile.stages != 0 ? tile.stages : wgs == 4 ? 3 : 2;
+  // Paired tiles multicast V's stages as they land, which the transpose would have to
+  // follow CTA by CTA: the FP8 kernels transpose in shared memory only without a cluster.
+  const bool vt_smem = fp8 && fp8_vt_smem && tile.cluster <= 1;
   OStore o_store = tile.o_store;
   if (o_store == OStore::kAuto) {
-    o_store = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 1, true, input_bytes) <= kSmemLimitBytes
+    o_store = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 1, true, input_bytes, vt_smem) <= kSmemLimitBytes
                   ? OStore::kOwnBuffer
                   : OStore::kRegisters;
   }
   int q_stages = tile.q_stages;
   if (q_stages == 0) {
-    const bool fits = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 2, o_store == OStore::kOwnBuffer,
-                                     input_bytes) <= kSmemLimitBytes;
+    const bool fits = fwd_smem_bytes(head_dim, head_dim_v, tile, stages, 2, o_store == OStore::kOwnBuffer, input_bytes,
+                                     vt_smem) <= kSmemLimitBytes;
     q_stages = o_store != OStore::kQBuffer && fits ? 2 : 1;
   }
   // Two consumer warpgroups that hold O for head dims of 192 and up, or hold O in
@@ -205,7 +225,7 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int i
   // only non-causal tiles pair up.
   const int cluster_m = tile.cluster > 1 ? tile.cluster : 1;
   return FwdConfig{tile.block_m, tile.block_n, stages, q_stages, wgs, producer_regs, consumer_regs, true, o_store,
-                   lazy_rescale, skip_blocks, q_registers, cluster_m};
+                   lazy_rescale, skip_blocks, q_registers, cluster_m, vt_smem};
 }
 constexpr FwdConfig fwd_config(int head_dim, FwdTile tile) { return fwd_config(head_dim, head_dim, tile); }
 

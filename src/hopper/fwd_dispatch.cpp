@@ -183,8 +183,10 @@ bool fwd_fp8_enabled() {
 #endif
 }
 
+bool fwd_fp8_vt_in_smem() { return kFp8VtInSmem; }
+
 std::size_t fwd_workspace_bytes(const Problem& p, DType dtype) {
-  return dtype == DType::kFloat8E4M3 ? fp8_vt_bytes(p) : 0;
+  return dtype == DType::kFloat8E4M3 && !kFp8VtInSmem ? fp8_vt_bytes(p) : 0;
 }
 
 namespace {
@@ -290,9 +292,11 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& a, int num_sms) {
   return f;
 }
 
-// Runs `kernel` on an FP8 call: Vᵀ into the caller's workspace, then the kernel.
+// Runs `kernel` on an FP8 call: Vᵀ into the caller's workspace, then the kernel (which,
+// built to transpose V in shared memory, reads V itself).
 Status run_fp8(const Problem& p, const FwdKernelEntry& kernel, FwdParams params, void* workspace,
                cudaStream_t stream) {
+  if (kFp8VtInSmem) return kernel.launch(params, stream);
   // Vᵀ's columns are ints in the kernels, a varlen call's sequences padded (fp8_vt.h).
   if (fp8_vt_keys(p) > INT32_MAX) {
     return {StatusCode::kInvalidArgument, "k: too many keys for V's transpose: " + std::to_string(fp8_vt_keys(p)) +

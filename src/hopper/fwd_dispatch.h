@@ -79,12 +79,19 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms
 // when none was built. run_forward takes wider ones, up to 512, in column slices.
 int fwd_widest_head_dim_v(bool fp8);
 
+// Whether the FP8 kernels transpose V in shared memory (the build's FA3_FP8_VT_SMEM, off
+// until it has run on a GPU; hopper/fwd_config.h's kFp8VtInSmem): TMA then reads an e4m3
+// V, whose strides must suit it, and FP8 calls need no workspace.
+bool fwd_fp8_vt_in_smem();
+
 // The caller's workspace a call of `dtype` needs (ForwardArgs::workspace): Vᵀ for FP8
-// calls (hopper/fp8_vt.h), nothing for the others.
+// calls (hopper/fp8_vt.h) unless the kernels transpose V in shared memory, nothing for
+// the others.
 std::size_t fwd_workspace_bytes(const Problem& p, DType dtype);
 
 // Runs the default kernel, or the one named `kernel` when it is not null. An FP8 call
-// first writes V transposed (hopper/fp8_vt.h) into the caller's workspace.
+// first writes V transposed (hopper/fp8_vt.h) into the caller's workspace, unless the
+// kernels transpose V in shared memory.
 Status run_forward(const Problem& p, const ForwardArgs& args, int num_sms, cudaStream_t stream,
                    const char* kernel = nullptr);
 

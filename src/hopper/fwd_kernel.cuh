@@ -41,6 +41,7 @@
 #include "hopper/fwd_mainloop.cuh"
 #include "hopper/fwd_params.h"
 #include "hopper/fwd_traits.cuh"
+#include "hopper/fwd_vt_transpose.cuh"
 #include "hopper/softmax.cuh"
 #include "hopper/tile_scheduler.cuh"
 
@@ -71,6 +72,9 @@ struct FwdKernel {
     int num_m_blocks;
     int heads_per_group;  // tile order: (batch, head) pairs whose K/V share L2
     int* tile_counter;    // 0 at launch, left 0 (dynamic scheduler; hopper/tile_counter.h)
+    // V with its head dim contiguous, for the transpose in shared memory (Traits::kVtSmem);
+    // a V whose keys are contiguous loads by tma_v.
+    typename Traits::TmaVRows tma_v_rows;
   };
 
   __device__ static void run(const Params& params, char* smem_raw) {
@@ -81,7 +85,10 @@ struct FwdKernel {
     if (threadIdx.x == 0) {
       QPipeline::init(smem.q_pipe, kConsumerThreads);
       Pipeline::init(smem.k_pipe, kConsumerThreads / 32);
-      Pipeline::init(smem.v_pipe, kConsumerThreads / 32);
+      // With V transposed in shared memory, Vᵀ's stages are filled by the transposing
+      // threads' arrivals, and V's, as TMA lands them, freed by them.
+      Pipeline::init(smem.v_pipe, kConsumerThreads / 32, Traits::kVtSmem ? Traits::kTransposeThreads : 1);
+      if constexpr (Traits::kVtSmem) Pipeline::init(smem.v_landed_pipe, Traits::kTransposeThreads);
       FwdEpilogue<Traits>::init(smem);
       cutlass::arch::fence_barrier_init();
     }
@@ -97,15 +104,22 @@ struct FwdKernel {
     QPipeline q_pipe{&smem.q_pipe};
     Pipeline k_pipe{&smem.k_pipe};
     Pipeline v_pipe{&smem.v_pipe};
+    Pipeline v_landed_pipe{&smem.v_landed_pipe};
     const Scheduler scheduler(params.num_m_blocks, params.p.nheads_q, params.p.batch, params.heads_per_group);
     const Mask mask(params.p);
 
     if (warp_group == 0) {
       cutlass::arch::warpgroup_reg_dealloc<Traits::kCfg.producer_regs>();
       if (warp == 0) {
-        produce(params, smem, q_pipe, k_pipe, v_pipe, scheduler, mask);
+        // The producer's TMA fills V's ring: Vᵀ's, or with the transpose in shared memory
+        // the ring of V as it lands.
+        produce(params, smem, q_pipe, k_pipe, Traits::kVtSmem ? v_landed_pipe : v_pipe, scheduler, mask);
       } else if (warp == 1 && FwdEpilogue<Traits>::kStoreWarp) {
         FwdEpilogue<Traits>::run_store_warp(params, smem);
+      } else if constexpr (Traits::kVtSmem) {
+        if (warp >= 2 && warp < 2 + Traits::kTransposeWarps) {
+          FwdVtTranspose<Traits>::run(params.p, smem, v_landed_pipe, v_pipe, static_cast<int>(threadIdx.x) - 64);
+        }
       }
     } else {
       cutlass::arch::warpgroup_reg_alloc<Traits::kCfg.consumer_regs>();
@@ -185,7 +199,10 @@ struct FwdKernel {
       if (!valid) break;
       t = __shfl_sync(0xffffffffu, next, 0);
     }
-    if (leader) producer.drain(k_pipe, v_pipe);
+    if (leader) {
+      producer.drain(k_pipe, v_pipe);
+      producer.stop_transpose(smem, v_pipe);
+    }
   }
 
   // In a varlen call, the V rows of the tile's last key block (the first visited) that
@@ -194,7 +211,8 @@ struct FwdKernel {
   // included, where a fixed-length call's are TMA's zero fill. Their probabilities are
   // 0, but 0 times NaN is NaN; the consumers clear them (FwdConsumer::mma_tile). Returns
   // how many of the block's keys are the sequence's (kBlockN: nothing to clear). An FP8
-  // kernel's Vᵀ has zeros there already (hopper/fp8_layout.h's kFp8VtTail).
+  // kernel's Vᵀ has zeros there already (hopper/fp8_layout.h's kFp8VtTail, or the
+  // transpose in shared memory clears them: FwdProducer::v_keys).
   __device__ static int v_rows_to_clear(const FwdParams& p, const SeqBounds& seq, BlockRange keys) {
     if (Traits::kFp8 || !is_varlen<Traits::kVarlen>(p) || keys.end <= keys.begin) return Traits::kBlockN;
     const int valid = seq.seqlen_k - (keys.end - 1) * Traits::kBlockN;

@@ -52,7 +52,8 @@ Status max_active_clusters(KernelFn kernel, const cudaLaunchConfig_t& config, in
 }  // namespace detail
 
 // ElementOut is O's type: Element, or bf16 / fp16 for e4m3 inputs (whose V the kernel
-// reads from p.vt, the transposed copy hopper/fp8_vt.h writes).
+// reads from p.vt, the transposed copy hopper/fp8_vt.h writes, or with the transpose in
+// shared memory from p.v).
 template <class Element, int kHeadDim, int kHeadDimV, class Mask, FwdTile kTile, class ElementOut = Element>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   using namespace cute;
@@ -89,8 +90,23 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const Stride k_stride = strides(p.k_row_stride, p.k_head_stride, p.k_batch_stride, rows_k, p.nheads_kv, p.head_dim);
   const Stride v_stride = strides(p.v_row_stride, p.v_head_stride, p.v_batch_stride, rows_k, p.nheads_kv, p.head_dim_v);
   const Stride o_stride = strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride, rows_q, p.nheads_q, p.head_dim_v);
+  // With the transpose in shared memory, an e4m3 V is read by TMA as it is: its head dim
+  // contiguous (tma_v_rows, rows like K's) or its keys (tma_v, as Vᵀ). Both descriptors
+  // are made from the call's V, the one its layout does not use over the same memory with
+  // the two inner modes' roles exchanged (valid strides, never loaded).
+  const bool v_keys_contiguous = p.v_col_stride != 1;
+  const auto v_as = [&](int extent0, int extent1, std::int64_t stride0) {
+    const std::int64_t s0 = detail::usable_stride(stride0, extent0, detail::padded_row<Element>(extent1));
+    const std::int64_t head = detail::usable_stride(p.v_head_stride, p.nheads_kv, s0 * extent0);
+    return make_tensor(gmem(p.v), make_shape(extent0, extent1, p.nheads_kv, batches),
+                       Stride{s0, _1{}, head, detail::usable_stride(p.v_batch_stride, batches, head * p.nheads_kv)});
+  };
   const auto v_tensor = [&] {
-    if constexpr (Traits::kFp8) {
+    if constexpr (Traits::kVtSmem) {
+      // (head_dim_v, keys), keys contiguous.
+      return v_keys_contiguous ? v_as(p.head_dim_v, rows_k, p.v_col_stride)
+                               : v_as(rows_k, p.head_dim_v, p.v_row_stride);
+    } else if constexpr (Traits::kFp8) {
       // Vᵀ: (head_dim_v, vt_keys) per (kv head, batch), dense, keys contiguous.
       const std::int64_t keys = p.vt_keys;
       const Stride vt{keys, _1{}, keys * p.head_dim_v, keys * p.head_dim_v * p.nheads_kv};
@@ -121,7 +137,16 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       num_m_blocks,
       Kernel::Scheduler::kDynamic ? causal_heads_per_group(p, sizeof(Element), Traits::kBlockM, num_m_blocks) : 1,
       nullptr,
+      {},
   };
+  if constexpr (Traits::kVtSmem) {
+    // (keys, head_dim_v), head dim contiguous.
+    params.tma_v_rows = make_tma_copy(
+        typename Traits::TmaKVOp{},
+        v_keys_contiguous ? v_as(p.head_dim_v, rows_k, p.v_col_stride) : v_as(rows_k, p.head_dim_v, p.v_row_stride),
+        take<0, 2>(typename Traits::SmemLayoutVRows{}), Shape<typename Traits::BN, typename Traits::DV>{},
+        typename Traits::Cluster{});
+  }
   TileCounter counter;
 
   const std::int64_t tiles = static_cast<std::int64_t>(params.num_m_blocks) * p.nheads_q * p.batch;

@@ -50,19 +50,22 @@ struct FwdProducer {
                                 TileCoord tile, BlockRange keys) {
     if (keys.end <= keys.begin) return;
     const int n_end = keys.end;
-    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
-      load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n_end - 1);
+    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, const auto& tma_v, auto& tVgV, auto& tVsV) {
+      load_kv(params, smem, k_pipe, v_pipe, tKgK, tKsK, tma_v, tVgV, tVsV, n_end - 1,
+              last_block_keys(params, tile, n_end - 1));
     });
   }
 
   template <class Params>
   __device__ void load_rest_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
                                TileCoord tile, BlockRange keys) {
-    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, auto& tVgV, auto& tVsV) {
+    with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, const auto& tma_v, auto& tVgV, auto& tVsV) {
       // Not unrolled: unrolled, the compiler keeps each copy's key offset live across
       // the loop, and the producer's few registers spill.
 #pragma unroll 1
-      for (int n = keys.end - 2; n >= keys.begin; --n) load_kv(params, k_pipe, v_pipe, tKgK, tKsK, tVgV, tVsV, n);
+      for (int n = keys.end - 2; n >= keys.begin; --n) {
+        load_kv(params, smem, k_pipe, v_pipe, tKgK, tKsK, tma_v, tVgV, tVsV, n, Traits::kBlockN);
+      }
     });
   }
 
@@ -72,6 +75,19 @@ struct FwdProducer {
     if constexpr (Traits::kCluster > 1) {
       k_pipe.producer_drain(k_state);
       v_pipe.producer_drain(v_state);
+    }
+  }
+
+  // With V transposed in shared memory, after the last tile: a V stage with no load and
+  // the keys slot -1 tells the transposing warps to stop.
+  __device__ void stop_transpose(SharedStorage& smem, Pipeline& v_pipe) {
+    if constexpr (Traits::kVtSmem) {
+      v_pipe.producer_wait(v_state);
+      arch::compiler_barrier();
+      smem.v_landed_keys[v_state.index] = -1;
+      arch::compiler_barrier();
+      v_pipe.producer_commit_empty(v_state);
+      v_state.advance();
     }
   }
 
@@ -116,16 +132,44 @@ struct FwdProducer {
   }
 
  private:
-  template <class Params, class GK, class SK, class GV, class SV>
-  __device__ __forceinline__ void load_kv(const Params& params, Pipeline& k_pipe, Pipeline& v_pipe, GK& tKgK,
-                                          SK& tKsK, GV& tVgV, SV& tVsV, int n) {
+  // The keys of block n, the tile's last, that are its sequence's, for the transpose in
+  // shared memory to clear the rest: only a varlen call's last block of a sequence has
+  // other rows (the next sequence's, which may hold NaN); a fixed-length call's rows past
+  // the end are TMA's zero fill.
+  template <class Params>
+  __device__ __forceinline__ static int last_block_keys(const Params& params, TileCoord tile, int n) {
+    if constexpr (Traits::kVtSmem) {
+      if (is_varlen<Traits::kVarlen>(params.p)) {
+        const int keys = seq_bounds<Traits::kVarlen>(params.p, tile.batch).seqlen_k - n * Traits::kBlockN;
+        return keys < Traits::kBlockN ? keys : Traits::kBlockN;
+      }
+    }
+    return Traits::kBlockN;
+  }
+
+  // `v_keys`: the keys of the block that are the sequence's (last_block_keys), for the
+  // transpose in shared memory, which takes them from the stage's slot.
+  template <class Params, class GK, class SK, class TmaV, class GV, class SV>
+  __device__ __forceinline__ void load_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
+                                          GK& tKgK, SK& tKsK, const TmaV& tma_v, GV& tVgV, SV& tVsV, int n,
+                                          int v_keys) {
     using namespace cute;
     // A stage is full when all of it has landed: this CTA's part and the other CTAs'.
     std::uint64_t* k_full = k_pipe.producer_acquire(k_state, Traits::kKBytes);
     copy(with_barrier(params.tma_k, *k_full), tKgK(_, n), tKsK(_, k_state.index));
     k_state.advance();
-    std::uint64_t* v_full = v_pipe.producer_acquire(v_state, Traits::kVBytes);
-    copy(with_barrier(params.tma_v, *v_full), tVgV(_, n), tVsV(_, v_state.index));
+    std::uint64_t* v_full;
+    if constexpr (Traits::kVtSmem) {
+      // The slot is written once the stage is free; the arrival publishes it.
+      v_pipe.producer_wait(v_state);
+      arch::compiler_barrier();
+      smem.v_landed_keys[v_state.index] = v_keys;
+      arch::compiler_barrier();
+      v_full = v_pipe.producer_expect(v_state, Traits::kVBytes);
+    } else {
+      v_full = v_pipe.producer_acquire(v_state, Traits::kVBytes);
+    }
+    copy(with_barrier(tma_v, *v_full), tVgV(_, n), tVsV(_, v_state.index));
     v_state.advance();
   }
 
@@ -142,14 +186,14 @@ struct FwdProducer {
   // The first key of the tile's sequence in V as the kernel reads it: K's, except in a
   // varlen call's Vᵀ (FP8), whose sequences start apart (hopper/fp8_layout.h).
   __device__ __forceinline__ static int vt_offset(const FwdParams& p, const SeqBounds& seq, int batch) {
-    if constexpr (Traits::kFp8) {
+    if constexpr (Traits::kFp8 && !Traits::kVtSmem) {
       if (is_varlen<Traits::kVarlen>(p)) return static_cast<int>(fp8_vt_seq_start(seq.offset_k, batch));
     }
     return seq.offset_k;
   }
 
   // Calls fn with the TMA-partitioned (global, shared) tensors of K and V for `tile`,
-  // whose keys start at the sequence's offset (a varlen call's, else 0).
+  // whose keys start at the sequence's offset (a varlen call's, else 0), and V's TMA copy.
   template <class Params, class Fn>
   __device__ __forceinline__ void with_kv_tensors(const Params& params, SharedStorage& smem, TileCoord tile,
                                                   Fn&& fn) {
@@ -169,14 +213,34 @@ struct FwdProducer {
     const Layout<typename Traits::Cluster> cluster{};
     auto [tKgK, tKsK] = tma_partition(params.tma_k, rank, cluster, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
 
-    Tensor mVt = params.tma_v.get_tma_tensor(
-        make_shape(p.head_dim_v, k_rows<Traits::kVarlen>(p), p.nheads_kv, tensor_batches<Traits::kVarlen>(p)));
-    Tensor gVt = local_tile(domain_offset(make_coord(_0{}, vt_offset(p, seq, tile.batch)), mVt(_, _, head_kv, batch)),
-                            Shape<DV, BN>{}, make_coord(_0{}, _));  // (DV, BN, n)
-    Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
-    auto [tVgV, tVsV] = tma_partition(params.tma_v, rank, cluster, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
-
-    fn(tKgK, tKsK, tVgV, tVsV);
+    // Vᵀ (keys contiguous: the FP8 kernels' transposed copy, or with the transpose in
+    // shared memory a V_colmajor V as it is), or V as the 16-bit kernels read it. With
+    // the transpose in shared memory it lands in V's own ring.
+    Element* v_smem = Traits::kVtSmem ? smem.v_landed : smem.v;
+    const auto vt_tensors = [&] {
+      Tensor mVt = params.tma_v.get_tma_tensor(
+          make_shape(p.head_dim_v, k_rows<Traits::kVarlen>(p), p.nheads_kv, tensor_batches<Traits::kVarlen>(p)));
+      Tensor gVt = local_tile(domain_offset(make_coord(_0{}, vt_offset(p, seq, tile.batch)), mVt(_, _, head_kv, batch)),
+                              Shape<DV, BN>{}, make_coord(_0{}, _));  // (DV, BN, n)
+      Tensor sVt = make_tensor(make_smem_ptr(v_smem), typename Traits::SmemLayoutVt{});
+      return tma_partition(params.tma_v, rank, cluster, group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    };
+    if constexpr (Traits::kVtSmem) {
+      if (p.v_col_stride == 1) {
+        // V with its head dim contiguous lands as K does, (BN, DV) a stage.
+        Tensor mV = params.tma_v_rows.get_tma_tensor(
+            make_shape(k_rows<Traits::kVarlen>(p), p.head_dim_v, p.nheads_kv, tensor_batches<Traits::kVarlen>(p)));
+        Tensor gV = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mV(_, _, head_kv, batch)), Shape<BN, DV>{},
+                               make_coord(_, _0{}));  // (BN, DV, n)
+        Tensor sV = make_tensor(make_smem_ptr(v_smem), typename Traits::SmemLayoutVRows{});
+        auto [tVgV, tVsV] =
+            tma_partition(params.tma_v_rows, rank, cluster, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+        fn(tKgK, tKsK, params.tma_v_rows, tVgV, tVsV);
+        return;
+      }
+    }
+    auto [tVgV, tVsV] = vt_tensors();
+    fn(tKgK, tKsK, params.tma_v, tVgV, tVsV);
   }
 };
 

@@ -61,6 +61,13 @@ struct FwdTraits {
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = kCfg.threads();
   static constexpr int kCluster = kCfg.cluster_m;
+  // FP8 kernels that transpose V in shared memory (FwdConfig::vt_smem): two warps of the
+  // producer warpgroup (hopper/fwd_vt_transpose.cuh).
+  static constexpr bool kVtSmem = kCfg.vt_smem;
+  static constexpr int kTransposeWarps = 2;
+  static constexpr int kTransposeThreads = 32 * kTransposeWarps;
+  static_assert(!kVtSmem || (kFp8 && kCluster == 1),
+                "V is transposed in shared memory by FP8 kernels without a cluster");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
   static_assert(kBlockM == 64 * kConsumerWGs, "each consumer warpgroup owns 64 query rows");
   static_assert(kBlockN % 16 == 0, "block_n is the K extent of the P·V GEMM");
@@ -86,7 +93,8 @@ struct FwdTraits {
       AtomLayout{}));
   // O += P·V: P from registers, V read as a (head_dim_v x block_n) operand: MN-major
   // (V as it is in memory) for 16-bit types; K-major (Vᵀ, keys contiguous: the only
-  // major FP8 wgmma takes) for e4m3, from the transposed copy hopper/fp8_vt.h writes.
+  // major FP8 wgmma takes) for e4m3, from the transposed copy hopper/fp8_vt.h writes or
+  // transposed in shared memory (kVtSmem).
   static constexpr auto kMajorV = kFp8 ? cute::SM90::GMMA::Major::K : cute::SM90::GMMA::Major::MN;
   using MmaPVOp = decltype(cute::SM90::GMMA::rs_op_selector<Element, Element, float, cute::Shape<cute::_64, DV, BN>,
                                                             cute::SM90::GMMA::Major::K, kMajorV>());
@@ -103,7 +111,8 @@ struct FwdTraits {
   // 64-wide slice of head_dim holds all block_n keys contiguously and TMA fills it with
   // one box; head_dim first would make every 8 keys a box of their own (1 KB each, 16
   // TMA instructions per slice at block_n 128).
-  // Vᵀ of the FP8 kernels is in memory as shared memory wants it, keys contiguous.
+  // Vᵀ of the FP8 kernels is in memory as shared memory wants it, keys contiguous (or
+  // is written so by the transpose in shared memory).
   using SmemLayoutVt =
       std::conditional_t<kFp8,
                          decltype(cute::tile_to_shape(detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kBlockN>(),
@@ -111,6 +120,13 @@ struct FwdTraits {
                          decltype(cute::tile_to_shape(
                              detail::smem_atom<cute::SM90::GMMA::Major::MN, Element, kHeadDimV>(),
                              cute::Shape<DV, BN, cute::Int<kStages>>{}, cute::Step<cute::_2, cute::_1, cute::_3>{}))>;
+  // With V transposed in shared memory, V as it lands, a stage at a time: (block_n, head_dim_v)
+  // with the head dim contiguous, as K's; a V whose keys are contiguous (V_colmajor)
+  // lands in SmemLayoutVt's layout instead, keys in their own order. Either way the
+  // ring's stages take the same bytes.
+  using SmemLayoutVRows = decltype(cute::tile_to_shape(
+      detail::smem_atom<cute::SM90::GMMA::Major::K, Element, kHeadDimV>(), cute::Shape<BN, DV, cute::Int<kStages>>{}));
+  static_assert(cute::cosize_v<SmemLayoutVRows> == cute::cosize_v<SmemLayoutVt>, "both layouts of V's stage are dense");
   // Each consumer warpgroup writes its own 64 rows of O and stores them with its own
   // TMA copy, so that no warpgroup waits for another at the end of a tile.
   using TiledMmaPVRows = decltype(cute::make_tiled_mma(MmaPVOp{}));
@@ -141,6 +157,14 @@ struct FwdTraits {
                                             cute::Shape<BN, D>{}, Cluster{}));
   using TmaV = decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStrideV>{}, cute::take<0, 2>(SmemLayoutVt{}),
                                             cute::Shape<DV, BN>{}, Cluster{}));
+  // V as it is in memory, head dim contiguous, for the transpose in shared memory (a
+  // V_colmajor V loads by TmaV, as Vᵀ does without the transpose in shared memory).
+  struct NoTma {};
+  using TmaVRows = std::conditional_t<kVtSmem,
+                                      decltype(cute::make_tma_copy(TmaKVOp{}, GmemTensor<GmemStride>{},
+                                                                   cute::take<0, 2>(SmemLayoutVRows{}),
+                                                                   cute::Shape<BN, DV>{}, Cluster{})),
+                                      NoTma>;
   using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, GmemTensor<GmemStride, ElementOut>{}, SmemLayoutO{},
                                             cute::Shape<cute::_64, DV>{}, cute::_1{}));
 
@@ -171,6 +195,15 @@ struct FwdTraits {
     typename QPipeline::Storage q_pipe;
     typename Pipeline::Storage k_pipe;
     typename Pipeline::Storage v_pipe;
+    // With V transposed in shared memory: v_pipe's stages are Vᵀ's, written by the
+    // transposing warps, and this ring's are V's as TMA lands it. The producer writes
+    // into each stage's slot how many of the block's keys are the sequence's (keys past
+    // them are cleared in the transpose: a varlen call's next rows may hold NaN), or
+    // -1 after the last block, which tells the transposing warps to stop. Last, and a
+    // few bytes without the transpose, so that the other kernels' layout is as it was.
+    typename Pipeline::Storage v_landed_pipe;
+    int v_landed_keys[kVtSmem ? kStages : 1];
+    alignas(kVtSmem ? 1024 : alignof(Element)) Element v_landed[kVtSmem ? cute::cosize_v<SmemLayoutVRows> : 1];
 
     // Consumer warpgroup wg's 64 rows of O.
     __device__ ElementOut* o_buffer(int wg) {

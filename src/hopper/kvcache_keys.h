@@ -3,13 +3,7 @@
 // (the host tests check it against fa3::Problem's definition).
 #pragma once
 
-#ifndef FA3_HOST_DEVICE
-#ifdef __CUDACC__
-#define FA3_HOST_DEVICE __host__ __device__
-#else
-#define FA3_HOST_DEVICE
-#endif
-#endif
+#include "common/host_device.h"
 
 namespace fa3::hopper {
 

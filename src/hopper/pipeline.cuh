@@ -42,10 +42,11 @@ struct TmaPipeline {
   Storage* storage;
 
   // One thread initialises; `consumer_arrivals` arrivals from each CTA of the cluster
-  // free a stage.
-  __device__ static void init(Storage& s, int consumer_arrivals) {
+  // free a stage, and `producer_arrivals` fill it (with TMA, one arrival that announces
+  // the bytes; producers that write with ordinary stores arrive each, producer_commit).
+  __device__ static void init(Storage& s, int consumer_arrivals, int producer_arrivals = 1) {
     for (int i = 0; i < kStages; ++i) {
-      Barrier::init(&s.full[i], 1);
+      Barrier::init(&s.full[i], producer_arrivals);
       Barrier::init(&s.empty[i], consumer_arrivals * kCluster);
     }
   }
@@ -71,6 +72,12 @@ struct TmaPipeline {
   }
   // Fills the stage with nothing: the consumers' wait completes with no bytes.
   __device__ __forceinline__ void producer_commit_empty(const StageState<kStages>& st) {
+    Barrier::arrive(&storage->full[st.index]);
+  }
+
+  // A producer thread's arrival on a stage it wrote with ordinary stores (fenced for the
+  // async proxy first, where wgmma reads them): the arrival releases those stores.
+  __device__ __forceinline__ void producer_commit(const StageState<kStages>& st) {
     Barrier::arrive(&storage->full[st.index]);
   }
 

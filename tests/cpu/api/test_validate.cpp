@@ -397,6 +397,8 @@ TEST(Targets, GpuTargetRunsFp8VarlenAndKvCacheAsBuilt) {
   // Likewise e4m3 KV-cache calls, which need the FP8 and KV-cache paths.
   EXPECT_EQ(t.supports_fp8_kvcache && build.gpu_kernels, build.gpu_fp8_kvcache);
   if (t.supports_fp8_kvcache) EXPECT_TRUE(t.supports_kvcache);
+  // FP8 kernels that transpose V in shared memory have TMA read an e4m3 v.
+  EXPECT_EQ(t.fp8_v_by_tma && build.gpu_fp8, build.gpu_fp8_vt_smem);
 }
 
 }  // namespace

@@ -231,13 +231,14 @@ TEST(ForwardWorkspaceSize, Bf16CallNeedsNone) {
   expect_query_matches_target(valid.forward(), 0);
 }
 
-// V transposed: batch 2 x 2 KV heads x head dim 128 x 96 keys padded to whole blocks.
+// V transposed: batch 2 x 2 KV heads x head dim 128 x 96 keys padded to whole blocks;
+// none where the FP8 kernels transpose V in shared memory.
 TEST(ForwardWorkspaceSize, Fp8CallNeedsVTransposed) {
   ValidFp8Args valid;
   const std::size_t keys = static_cast<std::size_t>(hopper::fp8_vt_keys(96));
   EXPECT_EQ(keys % hopper::kFp8VtKeyAlign, 0u);
   EXPECT_GE(keys, 96u);
-  expect_query_matches_target(fp8_args(valid), 2 * 2 * 128 * keys);
+  expect_query_matches_target(fp8_args(valid), hopper::fwd_fp8_vt_in_smem() ? 0 : 2 * 2 * 128 * keys);
 }
 
 // A broken call is refused by the query as by the target, whatever the build.
@@ -255,8 +256,10 @@ TEST(ForwardWorkspaceSize, RefusesWhatForwardRefuses) {
   EXPECT_EQ(bytes, 12345u) << "a refused query must leave bytes alone";
 }
 
-// The hopper layer's answer per dtype: Vᵀ for e4m3, nothing for the others.
+// The hopper layer's answer per dtype: Vᵀ for e4m3 (none where the FP8 kernels transpose
+// V in shared memory), nothing for the others.
 TEST(ForwardWorkspaceSize, OnlyFp8CallsHaveOne) {
+  const bool vt_in_smem = hopper::fwd_fp8_vt_in_smem();
   Problem p;
   p.batch = 3;
   p.seqlen_k = 1000;
@@ -265,13 +268,13 @@ TEST(ForwardWorkspaceSize, OnlyFp8CallsHaveOne) {
   EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kBFloat16), 0u);
   EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kFloat16), 0u);
   EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kFloat8E4M3),
-            3u * 5u * 64u * static_cast<std::size_t>(hopper::fp8_vt_keys(1000)));
+            vt_in_smem ? 0u : 3u * 5u * 64u * static_cast<std::size_t>(hopper::fp8_vt_keys(1000)));
   // A varlen call's sequences share one Vᵀ per KV head (hopper/fp8_vt.h).
   p.varlen = true;
   p.total_k = 2500;
   EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kBFloat16), 0u);
   EXPECT_EQ(hopper::fwd_workspace_bytes(p, DType::kFloat8E4M3),
-            5u * 64u * static_cast<std::size_t>(hopper::fp8_vt_varlen_keys(2500, 3)));
+            vt_in_smem ? 0u : 5u * 64u * static_cast<std::size_t>(hopper::fp8_vt_varlen_keys(2500, 3)));
 }
 
 }  // namespace

@@ -178,6 +178,39 @@ TEST(ValidateFp8, VMayHaveItsKeysContiguous) {
   EXPECT_EQ(s.message(), "v: last dimension must be contiguous (stride 1), got stride 96");
 }
 
+// Where the FP8 kernels transpose V in shared memory (ValidationTarget::fp8_v_by_tma), TMA
+// reads an e4m3 v: its base and every stride but the contiguous one must be 16-byte
+// multiples, with its head dim contiguous or its keys; a device that transposes into the
+// workspace reads it element-wise and takes either.
+TEST(ValidateFp8, VReadByTmaNeeds16ByteStrides) {
+  ValidFp8Args valid;
+  ValidationTarget by_tma = device_like_target();
+  by_tma.supports_fp8 = true;
+  by_tma.fp8_v_by_tma = true;
+  ValidationTarget element_wise = by_tma;
+  element_wise.fp8_v_by_tma = false;
+  Problem p;
+  ForwardArgs a = valid.forward();
+  EXPECT_TRUE(validate_forward(a, by_tma, &p).is_ok());
+  // Keys contiguous, rows of 96 keys (16-byte multiples): TMA takes it.
+  const std::int64_t keys_inner[4] = {96 * 2 * 128, 1, 96 * 128, 96};
+  std::copy(keys_inner, keys_inner + 4, a.v.stride);
+  EXPECT_TRUE(validate_forward(a, by_tma, &p).is_ok());
+  // Rows of 100 keys: the head dim's stride is not.
+  const std::int64_t unaligned[4] = {100 * 2 * 128, 1, 100 * 128, 100};
+  std::copy(unaligned, unaligned + 4, a.v.stride);
+  Status s = validate_forward(a, by_tma, &p);
+  EXPECT_EQ(s.code(), kInvalid);
+  EXPECT_EQ(s.message(), "v: stride 100 of dim 3 (head_dim) is not a multiple of 16 elements (16 bytes; TMA needs it)");
+  EXPECT_TRUE(validate_forward(a, element_wise, &p).is_ok());
+  // A base 8 bytes off.
+  a = valid.forward();
+  a.v.data = static_cast<char*>(a.v.data) + 8;
+  s = validate_forward(a, by_tma, &p);
+  EXPECT_EQ(s.message(), "v: data pointer is not 16-byte aligned (TMA needs it)");
+  EXPECT_TRUE(validate_forward(a, element_wise, &p).is_ok());
+}
+
 // ValidVarlenArgs (3 sequences, max_seqlen_q 7, max_seqlen_k 9, 4 query heads on 2 KV
 // heads) in e4m3 with out bf16, every scale given: descales (3, 2), block scales of
 // 128 rows (3, 4, 1) and (3, 2, 1).

@@ -384,17 +384,22 @@ void run_case(const Fp8Case& c, std::uint64_t seed) {
   a.fp8 = Fp8Args{};
   set_scales(c, dev_scales, &a.fp8);
   // Vᵀ goes into the caller's workspace: without one the call is refused, nothing written.
+  // Kernels that transpose V in shared memory need none.
   std::size_t workspace_bytes = 0;
   const Status sized = forward_workspace_size(a, &workspace_bytes);
   ASSERT_TRUE(sized.is_ok()) << sized.to_string();
-  ASSERT_GT(workspace_bytes, 0u);
-  fill_nan(out.get(), c.out_dtype, static_cast<std::int64_t>(out.bytes() / dtype_size(c.out_dtype)));
-  const std::vector<std::uint8_t> untouched = out.to_host();
-  const Status refused = run_call(c, a);
-  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
-  EXPECT_EQ(refused.message().rfind("workspace: data pointer is null", 0), 0u) << refused.message();
-  FA3_CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_TRUE(out.to_host() == untouched) << "a refused call wrote out";
+  if (hopper::fwd_fp8_vt_in_smem()) {
+    ASSERT_EQ(workspace_bytes, 0u);
+  } else {
+    ASSERT_GT(workspace_bytes, 0u);
+    fill_nan(out.get(), c.out_dtype, static_cast<std::int64_t>(out.bytes() / dtype_size(c.out_dtype)));
+    const std::vector<std::uint8_t> untouched = out.to_host();
+    const Status refused = run_call(c, a);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
+    EXPECT_EQ(refused.message().rfind("workspace: data pointer is null", 0), 0u) << refused.message();
+    FA3_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(out.to_host() == untouched) << "a refused call wrote out";
+  }
   DeviceBuffer workspace(workspace_bytes);
   a.workspace = workspace.get();
   a.workspace_bytes = workspace_bytes;
@@ -613,11 +618,14 @@ TEST(Fp8ForwardKernel, GrowingMaxAndChangingVScales) {
 }
 
 // v with its keys contiguous (FlashAttention-3's V_colmajor): the transpose into the
-// workspace reads it along its keys, and the result is bitwise the row-major v's.
+// workspace reads it along its keys, or TMA lands it as Vᵀ for the transpose in shared
+// memory, and the result is bitwise the row-major v's. Its rows of keys are 1008 codes
+// apart (16-byte multiples, which TMA needs); with the transpose in shared memory a v of
+// 1000-code rows is refused, naming the stride, with nothing written.
 TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
   FA3_REQUIRE_HOPPER();
   if (!built(DType::kBFloat16)) GTEST_SKIP() << "no FP8 kernel with bf16 out at head dim 128 (FA3_GPU_FP8, FA3_DTYPES)";
-  const std::int64_t b = 2, sq = 300, sk = 1000, hq = 8, hkv = 2, d = 128;
+  const std::int64_t b = 2, sq = 300, sk = 1000, sk_row = 1008, hq = 8, hkv = 2, d = 128;
   std::mt19937_64 rng(77);
   std::normal_distribution<float> normal;
   auto codes = [&](std::int64_t n) {
@@ -626,13 +634,14 @@ TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
     return c;
   };
   const std::vector<std::uint8_t> q = codes(b * sq * hq * d), k = codes(b * sk * hkv * d), v = codes(b * sk * hkv * d);
-  // The same values in (b, h, d, s) storage: seqlen innermost.
-  std::vector<std::uint8_t> v_cols(v.size());
+  // The same values in (b, h, d, s) storage: seqlen innermost, rows of sk_row codes whose
+  // last ones are NaN.
+  std::vector<std::uint8_t> v_cols(static_cast<std::size_t>(b * hkv * d * sk_row), 0x7f);
   for (std::int64_t i = 0; i < b; ++i)
     for (std::int64_t s = 0; s < sk; ++s)
       for (std::int64_t h = 0; h < hkv; ++h)
         for (std::int64_t e = 0; e < d; ++e)
-          v_cols[static_cast<std::size_t>(((i * hkv + h) * d + e) * sk + s)] =
+          v_cols[static_cast<std::size_t>(((i * hkv + h) * d + e) * sk_row + s)] =
               v[static_cast<std::size_t>(((i * sk + s) * hkv + h) * d + e)];
   DeviceBuffer dq = upload(q.data(), q.size()), dk = upload(k.data(), k.size()), dv = upload(v.data(), v.size()),
                dv_cols = upload(v_cols.data(), v_cols.size());
@@ -648,7 +657,7 @@ TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
     for (int layout = 0; layout < 2; ++layout) {
       a.v = layout == 0 ? TensorView::contiguous(dv.get(), DType::kFloat8E4M3, {b, sk, hkv, d})
                         : TensorView::strided(dv_cols.get(), DType::kFloat8E4M3, {b, sk, hkv, d},
-                                              {hkv * d * sk, 1, d * sk, sk});
+                                              {hkv * d * sk_row, 1, d * sk_row, sk_row});
       std::size_t bytes = 0;
       ASSERT_TRUE(forward_workspace_size(a, &bytes).is_ok());
       DeviceBuffer workspace(bytes);
@@ -661,6 +670,18 @@ TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
       results[layout] = out.to_host();
     }
     EXPECT_TRUE(results[0] == results[1]) << (causal ? "causal" : "plain") << ": the layouts' results differ";
+    if (hopper::fwd_fp8_vt_in_smem()) {
+      a.v = TensorView::strided(dv_cols.get(), DType::kFloat8E4M3, {b, sk, hkv, d}, {hkv * d * sk, 1, d * sk, sk});
+      a.workspace = nullptr;
+      a.workspace_bytes = 0;
+      fill_nan(out.get(), DType::kBFloat16, b * sq * hq * d);
+      const std::vector<std::uint8_t> untouched = out.to_host();
+      const Status refused = forward(a, nullptr);
+      EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.to_string();
+      EXPECT_EQ(refused.message().rfind("v: stride 1000 of dim 3", 0), 0u) << refused.message();
+      FA3_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_TRUE(out.to_host() == untouched) << "a refused call wrote out";
+    }
   }
 }
 

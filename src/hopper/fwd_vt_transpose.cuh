@@ -1,0 +1,207 @@
+// fa3 — the FP8 forward's transpose of V in shared memory (FwdConfig::vt_smem): two warps
+// of the producer warpgroup turn each stage of V, as TMA lands it, into the Vᵀ stage the
+// P·V GEMM reads (FP8 wgmma reads its B operand K-major only), so that an FP8 call needs
+// no pass over V before the kernel and no workspace.
+//
+// Two rings: the producer's TMA fills V's (v_landed_pipe), whose stages these warps
+// release once read; they fill Vᵀ's (v_pipe), which the consumers wait for and release
+// as they would TMA's. Each thread fences its stores for the async proxy and arrives on
+// the Vᵀ stage itself. Per stage, the producer's slot tells how many of the block's keys
+// are the sequence's (the rest are cleared), or -1: no more blocks.
+//
+// Row-major V (head dim contiguous) goes through ldmatrix.trans, byte_perm and stmatrix,
+// 16 keys x 32 columns a warp instruction each (hopper/fp8_vt_smem.h); a V whose keys are
+// contiguous (V_colmajor) lands as Vᵀ with its keys in order and only has each 16-byte
+// unit's bytes permuted.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include <cstdint>
+
+#include "hopper/arch/ptx.cuh"
+#include "hopper/fp8_vt_smem.h"
+#include "hopper/fwd_params.h"
+#include "hopper/pipeline.cuh"
+
+namespace fa3::hopper {
+
+template <class Traits>
+struct FwdVtTranspose {
+  using Element = typename Traits::Element;
+  using SharedStorage = typename Traits::SharedStorage;
+  using Pipeline = typename Traits::Pipeline;
+  using State = StageState<Traits::kStages>;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kDV = Traits::kHeadDimV;
+  static constexpr int kWarps = Traits::kTransposeWarps;
+  static constexpr int kThreads = Traits::kTransposeThreads;
+  static constexpr int kKeyGroups = kBlockN / 16;
+  // Key groups whose loads a warp has in flight at once.
+  static constexpr int kBatch = kKeyGroups % 4 == 0 ? 4 : 2;
+  static_assert(kBlockN % 32 == 0 && kDV % 32 == 0, "V's stage is moved in chunks of 16 keys x 32 columns, in pairs");
+  static_assert(cute::sizeof_bits_v<Element> == 8, "the transpose moves e4m3 bytes");
+
+  // `thread`: index among the transposing threads.
+  __device__ static void run(const FwdParams& p, SharedStorage& smem, Pipeline& landed_pipe, Pipeline& vt_pipe,
+                             int thread) {
+    // Uniform for the call: which layout V lands in.
+    const bool keys_contiguous = p.v_col_stride != 1;
+    const ChunkAddresses chunks(smem, thread / 32, thread % 32);
+    State landed;
+    State vt = Pipeline::producer_start();
+    for (;;) {
+      landed_pipe.consumer_wait_for_data(landed);
+      const int keys = smem.v_landed_keys[landed.index];
+      if (keys < 0) break;
+      vt_pipe.producer_wait(vt);
+      // The waits and arrivals are not compiler memory barriers: the stage's loads and
+      // stores stay between them.
+      arch::compiler_barrier();
+      if (keys_contiguous) {
+        permute_units(smem, landed.index, vt.index, keys, thread);
+      } else if (keys < kBlockN) {
+        transpose_chunks<true>(chunks, landed.index, vt.index, keys, thread % 32);
+      } else {
+        transpose_chunks<false>(chunks, landed.index, vt.index, keys, thread % 32);
+      }
+      arch::compiler_barrier();
+      landed_pipe.consumer_release_each(landed);
+      cutlass::arch::fence_view_async_shared();
+      vt_pipe.producer_commit(vt);
+      landed.advance();
+      vt.advance();
+    }
+  }
+
+  // Byte offsets in a stage, from the two layouts (V's (block_n, head_dim_v), Vᵀ's
+  // (head_dim_v, block_n)); each stage takes kStageBytes, and both rings start 1024-byte
+  // aligned.
+  using LayoutV = decltype(cute::take<0, 2>(typename Traits::SmemLayoutVRows{}));
+  using LayoutVt = decltype(cute::take<0, 2>(typename Traits::SmemLayoutVt{}));
+  static constexpr int kStageBytes = kBlockN * kDV;
+  __host__ __device__ static constexpr int src_offset(int key, int col) { return LayoutV{}(key, col); }
+  __host__ __device__ static constexpr int dst_offset(int row, int key) { return LayoutVt{}(row, key); }
+
+  // The inner loop's addresses without the layouts' arithmetic (a CPU test checks both
+  // against them at every row, column and key group of each FP8 configuration):
+  //   V: 16 keys on are whole swizzle atoms further, kSrcGroupStride bytes;
+  //   Vᵀ: key group g of a row sits at (its key 0 ^ dst_group_xor(g)) + dst_group_add(g):
+  //     within an atom's row of kVtAtomBytes the swizzle XORs the 16-byte unit with the
+  //     row's index, and further key groups are whole atoms away.
+  static constexpr int kSrcGroupStride = src_offset(16, 0) - src_offset(0, 0);
+  __host__ __device__ static constexpr int vt_atom_bytes() {
+    int w = 16;
+    while (w < kBlockN && dst_offset(0, w) == w) w *= 2;
+    return w;
+  }
+  static constexpr int kVtAtomBytes = vt_atom_bytes();
+  __host__ __device__ static constexpr std::uint32_t dst_group_xor(int g) { return 16 * g % kVtAtomBytes; }
+  __host__ __device__ static constexpr std::uint32_t dst_group_add(int g) {
+    return static_cast<std::uint32_t>(dst_offset(0, 16 * g)) - dst_group_xor(g);
+  }
+  static_assert(kStageBytes % 1024 == 0, "stages keep the rings' 1024-byte alignment, which the XOR relies on");
+
+ private:
+  __device__ __forceinline__ static std::uint32_t smem_address(const void* p) {
+    return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+  }
+
+  // Row-major V: warp w takes the chunks of columns 32 c (c = w, w + kWarps, ...), each
+  // over the block's key groups. A lane's addresses of its chunks in the first stages,
+  // computed once (the layouts' arithmetic is a few instructions per address).
+  static constexpr int kChunksPerWarp = (kDV / 32 + kWarps - 1) / kWarps;
+  struct ChunkAddresses {
+    bool own[kChunksPerWarp];
+    std::uint32_t src[kChunksPerWarp];
+    std::uint32_t dst[kChunksPerWarp];
+
+    __device__ ChunkAddresses(SharedStorage& smem, int warp, int lane) {
+      const VtChunkLane l = vt_chunk_lane(lane);
+      CUTE_UNROLL
+      for (int i = 0; i < kChunksPerWarp; ++i) {
+        const int c = warp + i * kWarps;
+        own[i] = c < kDV / 32;
+        src[i] = smem_address(smem.v_landed) + src_offset(l.src_key, 32 * c + l.src_col);
+        dst[i] = smem_address(smem.v) + dst_offset(32 * c + l.dst_row, 0);
+      }
+    }
+  };
+
+  // kMasked: a block with keys past the sequence's (`keys`).
+  template <bool kMasked>
+  __device__ static void transpose_chunks(const ChunkAddresses& chunks, int landed_stage, int vt_stage, int keys,
+                                          int lane) {
+    const int q = lane % 4;
+    const std::uint32_t sel0 = vt_chunk_lane(lane).sel0, sel1 = vt_chunk_lane(lane).sel1;
+    CUTE_UNROLL
+    for (int c = 0; c < kChunksPerWarp; ++c) {
+      if (!chunks.own[c]) continue;
+      const std::uint32_t src = chunks.src[c] + landed_stage * kStageBytes;
+      const std::uint32_t dst = chunks.dst[c] + vt_stage * kStageBytes;
+      // The ldmatrix and stmatrix statements keep their order (asm volatile, so that none
+      // moves past the stage's waits): a batch's loads are all issued before its first
+      // store waits on them.
+      CUTE_UNROLL
+      for (int g0 = 0; g0 < kKeyGroups; g0 += kBatch) {
+        std::uint32_t r[kBatch][4];
+        CUTE_UNROLL
+        for (int i = 0; i < kBatch; ++i) {
+          asm volatile("ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(r[i][0]), "=r"(r[i][1]), "=r"(r[i][2]), "=r"(r[i][3])
+                       : "r"(src + (g0 + i) * kSrcGroupStride));
+        }
+        CUTE_UNROLL
+        for (int i = 0; i < kBatch; ++i) {
+          const int g = g0 + i;
+          std::uint32_t s0 = __byte_perm(r[i][0], r[i][1], sel0);
+          std::uint32_t s1 = __byte_perm(r[i][0], r[i][1], sel1);
+          std::uint32_t s2 = __byte_perm(r[i][2], r[i][3], sel0);
+          std::uint32_t s3 = __byte_perm(r[i][2], r[i][3], sel1);
+          if constexpr (kMasked) {
+            // Every register of a lane holds the same four keys of the group.
+            const std::uint32_t mask = vt_word_key_mask(q, keys - 16 * g);
+            s0 &= mask;
+            s1 &= mask;
+            s2 &= mask;
+            s3 &= mask;
+          }
+          asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                           (dst ^ dst_group_xor(g)) + dst_group_add(g)),
+                       "r"(s0), "r"(s1), "r"(s2), "r"(s3));
+        }
+      }
+    }
+  }
+
+  // V_colmajor: the stage holds Vᵀ with keys in order, in Vᵀ's own layout; each thread
+  // permutes whole 16-byte units (16 keys of one column) into Vᵀ's stage.
+  __device__ static void permute_units(SharedStorage& smem, int landed_stage, int vt_stage, int keys, int thread) {
+    const char* in = reinterpret_cast<const char*>(smem.v_landed) + landed_stage * kStageBytes;
+    char* out = reinterpret_cast<char*>(smem.v) + vt_stage * kStageBytes;
+    constexpr int kUnits = kDV * kKeyGroups;
+#pragma unroll 2
+    for (int u = thread; u < kUnits; u += kThreads) {
+      // Neighbouring threads take neighbouring units of a row: 8 of them cover 128 bytes.
+      const int g = u % kKeyGroups, row = u / kKeyGroups;
+      const int offset = dst_offset(row, 16 * g);
+      const uint4 w = *reinterpret_cast<const uint4*>(in + offset);
+      uint4 o;
+      o.x = __byte_perm(w.x, w.z, kVtLowPairs);
+      o.y = __byte_perm(w.x, w.z, kVtHighPairs);
+      o.z = __byte_perm(w.y, w.w, kVtLowPairs);
+      o.w = __byte_perm(w.y, w.w, kVtHighPairs);
+      if (keys < kBlockN) {
+        const int valid = keys - 16 * g;
+        o.x &= vt_word_key_mask(0, valid);
+        o.y &= vt_word_key_mask(1, valid);
+        o.z &= vt_word_key_mask(2, valid);
+        o.w &= vt_word_key_mask(3, valid);
+      }
+      *reinterpret_cast<uint4*>(out + offset) = o;
+    }
+  }
+};
+
+}  // namespace fa3::hopper
