@@ -121,6 +121,8 @@ bool kvcache_fp8_enabled() {
 #endif
 }
 
+bool kvcache_cluster_merge_enabled() { return kvcache_enabled() && kKvClusterMerge; }
+
 Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int num_sms, KvCachePlan* plan) {
   const Problem& p = kp.attention;
   KvCachePlan out;
@@ -159,7 +161,8 @@ Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int n
   const std::int64_t rows = p.seqlen_q * p.group_size();
   out.block_m = rows <= 16 ? 16 : 64;
   // Without the caller's count: the count whose CTAs fill the SMs' slots in the fewest,
-  // fullest waves (hopper/kvcache_splits.h); never more than a sequence's cache has key
+  // fullest waves (hopper/kvcache_splits.h), counting the merge kernel's launch where the
+  // splits could merge in a cluster instead; never more than a sequence's cache has key
   // blocks (each split then has one at least) nor than the merge takes.
   const std::int64_t ctas = p.batch * p.nheads_kv * ((rows + out.block_m - 1) / out.block_m);
   const std::int64_t key_blocks = (kp.capacity + KvCacheTile<64, 64, 64>::kBlockN - 1) / KvCacheTile<64, 64, 64>::kBlockN;
@@ -167,17 +170,19 @@ Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int n
   if (splits == 0) {
     const std::int64_t slots = static_cast<std::int64_t>(num_sms) *
                                kvcache_ctas_per_sm(kvcache_smem_bytes(out.head_dim, out.head_dim_v, out.block_m, fp8));
-    splits = kvcache_default_splits(ctas, key_blocks, slots);
+    splits = kKvClusterMerge ? kvcache_cluster_splits(ctas, key_blocks, slots)
+                             : kvcache_default_splits(ctas, key_blocks, slots);
   }
   splits = std::clamp<std::int64_t>(splits, 1, std::max<std::int64_t>(1, std::min<std::int64_t>(key_blocks, kMaxKvSplits)));
   out.num_splits = static_cast<int>(splits);
+  out.cluster_merge = kKvClusterMerge && splits > 1 && splits <= kMaxKvClusterSplits;
 
   std::size_t bytes = 0;
   if (kp.rotary_dim > 0) {
     out.q_rotated_offset = bytes;
     bytes += aligned(static_cast<std::size_t>(contiguous_rows(p) * p.head_dim) * dtype_size(dtype));
   }
-  if (out.num_splits > 1) {
+  if (out.num_splits > 1 && !out.cluster_merge) {
     out.out_partial_offset = bytes;
     bytes += aligned(static_cast<std::size_t>(splits * contiguous_rows(p) * p.head_dim_v) * sizeof(float));
     out.lse_partial_offset = bytes;
@@ -193,7 +198,8 @@ Status run_kvcache(const KvCacheProblem& kp, const KvCacheArgs& a, const KvCache
   if (kp.rotary_dim == 0) FA3_RETURN_IF_ERROR(check_aligned("q", a.q));  // else its aligned copy is read
   FA3_RETURN_IF_ERROR(check_aligned("k_cache", a.k_cache));
   FA3_RETURN_IF_ERROR(check_aligned("v_cache", a.v_cache));
-  if (plan.num_splits == 1) FA3_RETURN_IF_ERROR(check_aligned("out", a.out));
+  const bool writes_out = plan.num_splits == 1 || plan.cluster_merge;  // else the merge kernel does
+  if (writes_out) FA3_RETURN_IF_ERROR(check_aligned("out", a.out));
   std::byte* workspace = static_cast<std::byte*>(a.workspace);
 
   KvCacheParams k;
@@ -230,6 +236,7 @@ Status run_kvcache(const KvCacheProblem& kp, const KvCacheArgs& a, const KvCache
   k.head_dim = static_cast<int>(p.head_dim);
   k.head_dim_v = static_cast<int>(p.head_dim_v);
   k.num_splits = plan.num_splits;
+  k.cluster_merge = plan.cluster_merge;
   k.softmax_scale = p.softmax_scale;
   k.softcap = p.softcap;
   k.window_left = position_bound(p.window_left);
@@ -271,12 +278,12 @@ Status run_kvcache(const KvCacheProblem& kp, const KvCacheArgs& a, const KvCache
     FA3_RETURN_IF_ERROR(launch_kvcache_append(ap, a.q.dtype, stream));
   }
 
-  if (plan.num_splits > 1) {
+  if (!writes_out) {
     k.out_partial = reinterpret_cast<float*>(workspace + plan.out_partial_offset);
     k.lse_partial = reinterpret_cast<float*>(workspace + plan.lse_partial_offset);
   }
   FA3_RETURN_IF_ERROR(plan.launch(k, plan.block_m, stream));
-  if (plan.num_splits == 1) return Status::ok();
+  if (writes_out) return Status::ok();
   return launch_split_merge(k.out_partial, k.lse_partial, plan.num_splits, a.out, a.lse, stream);
 }
 

@@ -22,12 +22,20 @@ bool kvcache_enabled();
 // kernels have run on a GPU (tests/gpu/hopper/test_kvcache.cpp's FP8 cases).
 bool kvcache_fp8_enabled();
 
+// Whether calls of 2 to kMaxKvClusterSplits splits merge them inside the kernel, one
+// cluster a tile: the build's FA3_KVCACHE_CLUSTER_MERGE option, off until it has run on
+// a GPU (hopper/kvcache_config.h's kKvClusterMerge).
+bool kvcache_cluster_merge_enabled();
+
 // What one call runs and the workspace it needs, all pieces 256-byte aligned: q's
-// rotated copy (with a rotary embedding), and with more than one split their fp32
-// results and lse.
+// rotated copy (with a rotary embedding), and with more than one split merged by the
+// merge kernel their fp32 results and lse.
 struct KvCachePlan {
   int block_m = 64;    // query rows per CTA: 16 or 64
   int num_splits = 1;  // the splits of each sequence's keys
+  // The splits merge inside the kernel, those of a tile one cluster (kKvClusterMerge and
+  // 2 to kMaxKvClusterSplits splits): no partial results and no merge kernel.
+  bool cluster_merge = false;
   int head_dim = 0;    // the kernel's (padded) Q/K and V head dims
   int head_dim_v = 0;
   Status (*launch)(const KvCacheParams&, int block_m, cudaStream_t) = nullptr;

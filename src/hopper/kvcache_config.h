@@ -60,4 +60,16 @@ struct KvCacheTile {
 // The most splits of the keys one call takes (the merge reads one lse per split and row).
 constexpr int kMaxKvSplits = 128;
 
+// Whether a call of 2 to kMaxKvClusterSplits splits merges them inside the kernel: the
+// splits of a tile run as one cluster of CTAs, which combine their rows through
+// distributed shared memory, with no partial results in the workspace and no merge
+// kernel after (the build's FA3_KVCACHE_CLUSTER_MERGE, off until it has run on a GPU).
+#ifdef FA3_KVCACHE_CLUSTER_MERGE
+inline constexpr bool kKvClusterMerge = true;
+#else
+inline constexpr bool kKvClusterMerge = false;
+#endif
+// The most CTAs a cluster holds on every Hopper part (the portable size).
+constexpr int kMaxKvClusterSplits = 8;
+
 }  // namespace fa3::hopper

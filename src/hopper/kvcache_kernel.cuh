@@ -18,8 +18,10 @@
 // are checked element by element against their first and last key: a decode tile has
 // a few blocks, and the compare is cheap beside the loads. A split writes its rows'
 // normalized fp32 result and lse to the workspace for the merge kernel; a call of one
-// split writes out and lse directly. The sink joins split 0's rows only, so that the
-// merged sum holds it once.
+// split writes out and lse directly, and so do the splits of a tile launched as one
+// cluster (KvCacheParams::cluster_merge), which merge their rows through distributed
+// shared memory first. The sink joins split 0's rows only, so that the merged sum holds
+// it once.
 //
 // An e4m3 cache (kFp8) halves the bytes a decode step reads. Its rows arrive by the
 // same bulk copies into stages of codes; once a block has landed, the warps convert it
@@ -30,10 +32,12 @@
 // normalization (v's).
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include <cmath>
@@ -132,6 +136,78 @@ __device__ __forceinline__ void convert_stage(const std::uint8_t* raw, __half* s
     reinterpret_cast<uint4*>(dst)[0] = make_uint4(a.x, a.y, b.x, b.y);
     reinterpret_cast<uint4*>(dst)[1] = make_uint4(c.x, c.y, d.x, d.y);
   }
+}
+
+// The splits of one tile, one cluster (KvCacheParams::cluster_merge), merge their rows
+// through distributed shared memory once each CTA holds its own: the rows unnormalized
+// in s_out at the row's max over the split, that max in s_m (log2 units; -inf: no key
+// and no sink) and the sum at it in s_l. CTA `rank` (its split) writes every
+// num_splits-th 8-column chunk of the tile's rows, rank 0 the lse; the splits are
+// summed in their order, so the same inputs give the same bits. The cluster's first
+// barrier publishes each CTA's rows (release and acquire), the second keeps every CTA's
+// shared memory until the others have read it.
+template <class Tile, int kHeadDimV, class ElementOut>
+__device__ void merge_in_cluster(const KvCacheParams& p, int b, int hkv, int row0, int rows_here, float* s_out,
+                                 float* s_m, float* s_l, float v_descale) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int n = p.num_splits;
+  const int rank = static_cast<int>(cluster.block_rank());
+  cluster.sync();
+  // Row r's max over the splits and its total sum at it.
+  auto row_stats = [&](int r, float* total) {
+    float m = -INFINITY;
+    for (int s = 0; s < n; ++s) m = fmaxf(m, cluster.map_shared_rank(s_m, s)[r]);
+    float sum = 0.f;
+    for (int s = 0; s < n; ++s) {
+      const float ms = cluster.map_shared_rank(s_m, s)[r];
+      if (ms != -INFINITY) sum += cluster.map_shared_rank(s_l, s)[r] * exp2f(ms - m);
+    }
+    *total = sum;
+    return m;
+  };
+  constexpr int kChunks = kHeadDimV / 8;
+  for (int c = rank * Tile::kThreads + static_cast<int>(threadIdx.x); c < rows_here * kChunks;
+       c += n * Tile::kThreads) {
+    const int r = c / kChunks;
+    const int ch = c % kChunks;
+    if (ch * 8 >= p.head_dim_v) continue;
+    float total = 0.f;
+    const float m = row_stats(r, &total);
+    float o[8] = {};
+    for (int s = 0; s < n; ++s) {
+      const float ms = cluster.map_shared_rank(s_m, s)[r];
+      if (ms == -INFINITY) continue;
+      const float w = exp2f(ms - m);
+      const float* row = cluster.map_shared_rank(s_out, s) + r * Tile::kOutPitch + ch * 8;
+      const float4 lo = reinterpret_cast<const float4*>(row)[0], hi = reinterpret_cast<const float4*>(row)[1];
+      const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] += w * v[e];
+    }
+    const float inv = total > 0.f ? v_descale / total : 0.f;
+    const int row = row0 + r;
+    const int h = hkv * p.group + row % p.group;
+    ElementOut* out = static_cast<ElementOut*>(p.out.data) + b * p.out.stride[0] +
+                      static_cast<std::int64_t>(row / p.group) * p.out.stride[1] + h * p.out.stride[2] + ch * 8;
+    *reinterpret_cast<uint4*>(out) =
+        make_uint4(arch::pack2<ElementOut>(o[0] * inv, o[1] * inv), arch::pack2<ElementOut>(o[2] * inv, o[3] * inv),
+                   arch::pack2<ElementOut>(o[4] * inv, o[5] * inv), arch::pack2<ElementOut>(o[6] * inv, o[7] * inv));
+  }
+  if (rank == 0 && p.lse != nullptr) {
+    for (int r = static_cast<int>(threadIdx.x); r < rows_here; r += Tile::kThreads) {
+      float total = 0.f;
+      const float m = row_stats(r, &total);
+      const int row = row0 + r;
+      const int h = hkv * p.group + row % p.group;
+      p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + (row / p.group) * p.lse_stride[2]] =
+          total > 0.f ? m * kLn2 + logf(total) : -INFINITY;
+    }
+  }
+  // Every read of another CTA's shared memory has completed (its value is stored): no
+  // ordering to publish, so the arrival is relaxed and skips the first one's fence.
+  cute::cluster_arrive_relaxed();
+  cute::cluster_wait();
 }
 
 // Descale (b, hkv) of an e4m3 call (1 when not given).
@@ -495,17 +571,38 @@ __global__ void __launch_bounds__(KvCacheTile<kHeadDim, kHeadDimV, kBlockM, kFp8
     __syncthreads();
   }
 
-  // Per row: 1/sum for the values, and the lse (-inf and a result of 0 where no key and
-  // no sink was seen).
-  const int rows_here = min(kBlockM, rows - row0);
-  for (int r = threadIdx.x; r < rows_here; r += Tile::kThreads) {
-    const float m = total_max(r);
+  // A row's sum at its max m: the sink's term and every key warp's.
+  auto total_sum = [&](int r, float m) {
     float sum = with_sink ? exp2f(sink_of(r) - m) : 0.f;
 #pragma unroll
     for (int w = 0; w < kKeyWarps; ++w) {
       const float mw = s_max[w * kBlockM + r];
       if (mw != -INFINITY) sum += s_sum[w * kBlockM + r] * exp2f(mw - m);
     }
+    return sum;
+  };
+  const int rows_here = min(kBlockM, rows - row0);
+  if constexpr (kKvClusterMerge) {
+    if (p.cluster_merge) {
+      // This split's rows as the cluster merges them: s_out holds them at the row's max
+      // over the split, which goes to s_inv (-inf where the split saw no key and no
+      // sink), and the sum at it to warp 0's entries of s_sum, each read just before.
+      for (int r = threadIdx.x; r < rows_here; r += Tile::kThreads) {
+        const float m = total_max(r);
+        const float sum = total_sum(r, m);
+        s_inv[r] = sum > 0.f ? m : -INFINITY;
+        s_sum[r] = sum;
+      }
+      merge_in_cluster<Tile, kHeadDimV, ElementOut>(p, b, hkv, row0, rows_here, s_out, s_inv, s_sum, v_descale);
+      return;
+    }
+  }
+
+  // Per row: 1/sum for the values, and the lse (-inf and a result of 0 where no key and
+  // no sink was seen).
+  for (int r = threadIdx.x; r < rows_here; r += Tile::kThreads) {
+    const float m = total_max(r);
+    const float sum = total_sum(r, m);
     s_inv[r] = sum > 0.f ? 1.f / sum : 0.f;
     const float lse = sum > 0.f ? m * kLn2 + logf(sum) : -INFINITY;
     const int row = row0 + r;

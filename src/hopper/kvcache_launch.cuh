@@ -32,6 +32,22 @@ Status launch_kvcache_tile(const KvCacheParams& p, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Tile::kSmemBytes)),
       "KV-cache kernel shared memory"));
   const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(row_tiles), static_cast<unsigned>(p.num_splits));
+  if (p.cluster_merge) {
+    // The splits of a tile, consecutive along z, are one cluster.
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = static_cast<unsigned>(p.num_splits);
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(Tile::kThreads);
+    config.dynamicSmemBytes = Tile::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return detail::cuda_status(cudaLaunchKernelEx(&config, kernel, p), "KV-cache kernel launch (one cluster a tile)");
+  }
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);
   return detail::cuda_status(cudaGetLastError(), "KV-cache kernel launch");
 }

@@ -68,6 +68,9 @@ struct KvCacheParams {
   int window_left = -1;  // -1: unbounded; causal resolves to window_right 0
   int window_right = -1;
   int chunk = 0;  // attention_chunk; 0: none
+  // The splits of a tile are one cluster and merge their rows in distributed shared
+  // memory, writing out and lse themselves (KvCachePlan::cluster_merge).
+  bool cluster_merge = false;
 };
 
 // The append and the rotary embedding: k_new and v_new into the cache, q's rotated copy.

@@ -21,24 +21,42 @@ inline constexpr double kKvSplitFixedBlocks = 2.0;
 // The split count for `ctas` CTAs (per split) of `key_blocks` key blocks each, `slots`
 // CTAs running at once. The CTAs go in waves of `slots`, each CTA over 1/s of the keys,
 // so a count s takes about waves(s) * (key_blocks / s + kKvSplitFixedBlocks), waves(s)
-// = ceil(ctas * s / slots): where one split leaves a partial wave (320 CTAs on 264
-// slots), more splits that fill whole waves win, and where CTAs fill the slots
-// already, splitting only adds the fixed costs. The smallest best count wins; never
-// more than key_blocks (a split of no block is wasted) nor than the merge takes.
-inline int kvcache_default_splits(std::int64_t ctas, std::int64_t key_blocks, std::int64_t slots) {
+// = ceil(ctas * s / slots), plus `launch_blocks` for counts past `free_splits`: where one
+// split leaves a partial wave (320 CTAs on 264 slots), more splits that fill whole waves
+// win, and where CTAs fill the slots already, splitting only adds the fixed costs. The
+// smallest best count wins; never more than key_blocks (a split of no block is wasted)
+// nor than the merge takes.
+inline int kvcache_best_splits(std::int64_t ctas, std::int64_t key_blocks, std::int64_t slots, int free_splits,
+                               double launch_blocks) {
   const std::int64_t most = std::max<std::int64_t>(1, std::min<std::int64_t>(key_blocks, kMaxKvSplits));
   if (ctas <= 0 || slots <= 0) return 1;
   int best = 1;
   double best_cost = 0;
   for (std::int64_t s = 1; s <= most; ++s) {
     const std::int64_t waves = (ctas * s + slots - 1) / slots;
-    const double cost = static_cast<double>(waves) * (static_cast<double>(key_blocks) / s + kKvSplitFixedBlocks);
+    const double cost = static_cast<double>(waves) * (static_cast<double>(key_blocks) / s + kKvSplitFixedBlocks) +
+                        (s > free_splits ? launch_blocks : 0.0);
     if (s == 1 || cost < best_cost) {
       best = static_cast<int>(s);
       best_cost = cost;
     }
   }
   return best;
+}
+
+// The default count, the merge kernel's share in kKvSplitFixedBlocks.
+inline int kvcache_default_splits(std::int64_t ctas, std::int64_t key_blocks, std::int64_t slots) {
+  return kvcache_best_splits(ctas, key_blocks, slots, kMaxKvSplits, 0.0);
+}
+
+// With the splits merged inside the kernel (kKvClusterMerge), counts up to
+// kMaxKvClusterSplits need no merge launch after the kernel and larger ones do, which
+// costs about kKvMergeLaunchBlocks more (a graph-replayed merge of a small decode step
+// took 3-5 us, about two blocks' time).
+inline constexpr double kKvMergeLaunchBlocks = 2.0;
+
+inline int kvcache_cluster_splits(std::int64_t ctas, std::int64_t key_blocks, std::int64_t slots) {
+  return kvcache_best_splits(ctas, key_blocks, slots, kMaxKvClusterSplits, kKvMergeLaunchBlocks);
 }
 
 // Shared memory of one CTA of the kernel family (padded head dims 64, 128 or 256, an

@@ -14,6 +14,18 @@ namespace {
 // 132 SMs at two CTAs each (head dim 128, a decode tile).
 constexpr std::int64_t kSlots = 264;
 
+// Every count is at least 1 and at most the key blocks and the merge's limit.
+void expect_bounded(int (*splits)(std::int64_t, std::int64_t, std::int64_t)) {
+  for (std::int64_t ctas : {1, 2, 7, 33, 64, 100, 263, 265, 1000}) {
+    for (std::int64_t blocks : {0, 1, 2, 16, 128, 1024, 16384}) {
+      const int s = splits(ctas, blocks, kSlots);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(s, std::max<std::int64_t>(1, blocks));
+      EXPECT_LE(s, kMaxKvSplits);
+    }
+  }
+}
+
 TEST(KvCacheSplits, FillWholeWaves) {
   // 8 sequences x 8 KV heads, 8k keys: 4 splits are 256 CTAs, one wave; 5 would spill
   // 56 CTAs into a second.
@@ -31,14 +43,24 @@ TEST(KvCacheSplits, NoneWhereTheCtasFillTheSlots) {
 TEST(KvCacheSplits, BoundedByKeyBlocksAndTheMerge) {
   EXPECT_EQ(kvcache_default_splits(1, 1, kSlots), 1);
   EXPECT_EQ(kvcache_default_splits(1, 3, kSlots), 3);
-  for (std::int64_t ctas : {1, 2, 7, 33, 64, 100, 263, 265, 1000}) {
-    for (std::int64_t blocks : {0, 1, 2, 16, 128, 1024, 16384}) {
-      const int s = kvcache_default_splits(ctas, blocks, kSlots);
-      EXPECT_GE(s, 1);
-      EXPECT_LE(s, std::max<std::int64_t>(1, blocks));
-      EXPECT_LE(s, kMaxKvSplits);
-    }
-  }
+  expect_bounded(kvcache_default_splits);
+}
+
+// With the splits merged inside the kernel, counts up to a cluster's size save the merge
+// kernel's launch: a short cache's few CTAs stay within one cluster where one more wave
+// of splits would have paid for the launch, and a long one still splits past it.
+TEST(KvCacheSplits, ClusterMergeKeepsShortCachesInOneCluster) {
+  // 1 sequence x 8 KV heads, 1k keys: 16 splits fill one wave (cost 1 + 2), 8 take 2 + 2
+  // but no merge launch (+2).
+  EXPECT_EQ(kvcache_default_splits(8, 16, kSlots), 16);
+  EXPECT_EQ(kvcache_cluster_splits(8, 16, kSlots), kMaxKvClusterSplits);
+  // 32k keys: 8 splits leave 64 blocks a CTA; the merge's launch is worth it.
+  EXPECT_GT(kvcache_cluster_splits(8, 512, kSlots), kMaxKvClusterSplits);
+  EXPECT_EQ(kvcache_cluster_splits(8, 512, kSlots), kvcache_default_splits(8, 512, kSlots));
+  // Where the CTAs fill the slots or a few splits already win, the choice is the default's.
+  EXPECT_EQ(kvcache_cluster_splits(512, 1024, kSlots), 1);
+  EXPECT_EQ(kvcache_cluster_splits(64, 128, kSlots), 4);
+  expect_bounded(kvcache_cluster_splits);
 }
 
 TEST(KvCacheSplits, CtasPerSmFollowSharedMemory) {

@@ -5,7 +5,9 @@
 // and 256 in random page order, cache_leftpad, seqlen_q 1, 5 and 128, no mask, causal
 // and a window, GQA 32:8, MQA and MHA, head dims 64, 128, 256 and (192, 128), a sequence
 // whose seqlen_k is 0, appends crossing page boundaries, rotary in both styles, sinks and
-// the softcap, each with num_splits 1, 3 and 0 (the heuristic).
+// the softcap, each with num_splits 1, 3, 8, 9 and 0 (the heuristic): with
+// FA3_KVCACHE_CLUSTER_MERGE 3 and 8 merge in a cluster, the most it takes, and 9 in the
+// merge kernel.
 // Guards: out and lse start as NaN, with a NaN margin after each that must stay; cache
 // entries no sequence may read hold NaN; the cache after the call (the append) equals
 // the CPU path's bit for bit; a repeated call gives bitwise the same out and lse. And
@@ -25,6 +27,7 @@
 #include "fa3/cpu.h"
 #include "fa3/fa3.h"
 #include "hopper/kvcache.h"
+#include "hopper/kvcache_config.h"
 #include "reference/host_tensor.h"
 #include "reference/kvcache_case.h"
 
@@ -322,7 +325,7 @@ TEST_P(GpuKvCacheTest, MatchesCpuPathForEverySplitCount) {
   FA3_REQUIRE_HOPPER();
   if (!hopper::kvcache_enabled()) GTEST_SKIP() << "the GPU KV-cache path is switched off (FA3_GPU_KVCACHE)";
   const KvCase& c = GetParam();
-  for (int num_splits : {1, 3, 0}) {
+  for (int num_splits : {1, 3, 8, 9, 0}) {
     SCOPED_TRACE("num_splits " + std::to_string(num_splits));
     KvCall low = testing::make_kv_call(c, 21);
     KvCall ref = fp32_call(low);
@@ -365,7 +368,9 @@ TEST(GpuKvCacheWorkspace, MissingOrShortIsRefused) {
     inputs.emplace_back(*host, 0);
     *view = inputs.back().view;
   }
-  args.num_splits = 3;
+  // Splits merged by the merge kernel, whose partial results take the workspace (those of
+  // a cluster need none).
+  args.num_splits = hopper::kvcache_cluster_merge_enabled() ? hopper::kMaxKvClusterSplits + 1 : 3;
   std::size_t bytes = 0;
   const Status sized = kvcache_workspace_size(args, &bytes);
   if (!sized.is_ok()) GTEST_SKIP() << sized.to_string();
