@@ -19,6 +19,7 @@ struct BuildInfo {
   bool gpu_fp8_varlen = false;     // and varlen ones with e4m3 inputs too (FA3_GPU_FP8_VARLEN)
   bool gpu_fp8_kvcache = false;    // forward_with_kvcache on e4m3 caches too (FA3_GPU_FP8_KVCACHE)
   bool gpu_fp8_vt_smem = false;    // the FP8 kernels transpose V in shared memory: no workspace (FA3_FP8_VT_SMEM)
+  bool gpu_kvcache_cluster_merge = false;  // KV-cache splits (2-8) merge in one cluster (FA3_KVCACHE_CLUSTER_MERGE)
 };
 
 const BuildInfo& build_info();

@@ -308,6 +308,7 @@ nb::dict build_info_dict() {
   d["gpu_fp8_varlen"] = b.gpu_fp8_varlen;
   d["gpu_fp8_kvcache"] = b.gpu_fp8_kvcache;
   d["gpu_fp8_vt_smem"] = b.gpu_fp8_vt_smem;
+  d["gpu_kvcache_cluster_merge"] = b.gpu_kvcache_cluster_merge;
   return d;
 }
 

@@ -11,6 +11,7 @@
 
 #include "api/validate.h"
 #include "fa3/device.h"
+#include "hopper/kvcache.h"
 #include "rule_case.h"
 #include "valid_args.h"
 
@@ -399,6 +400,8 @@ TEST(Targets, GpuTargetRunsFp8VarlenAndKvCacheAsBuilt) {
   if (t.supports_fp8_kvcache) EXPECT_TRUE(t.supports_kvcache);
   // FP8 kernels that transpose V in shared memory have TMA read an e4m3 v.
   EXPECT_EQ(t.fp8_v_by_tma && build.gpu_fp8, build.gpu_fp8_vt_smem);
+  // KV-cache splits merge in clusters where the build says so.
+  EXPECT_EQ(hopper::kvcache_cluster_merge_enabled() && build.gpu_kernels, build.gpu_kvcache_cluster_merge);
 }
 
 }  // namespace
