@@ -96,10 +96,8 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   // the two inner modes' roles exchanged (valid strides, never loaded).
   const bool v_keys_contiguous = p.v_col_stride != 1;
   const auto v_as = [&](int extent0, int extent1, std::int64_t stride0) {
-    const std::int64_t s0 = detail::usable_stride(stride0, extent0, detail::padded_row<Element>(extent1));
-    const std::int64_t head = detail::usable_stride(p.v_head_stride, p.nheads_kv, s0 * extent0);
     return make_tensor(gmem(p.v), make_shape(extent0, extent1, p.nheads_kv, batches),
-                       Stride{s0, _1{}, head, detail::usable_stride(p.v_batch_stride, batches, head * p.nheads_kv)});
+                       strides(stride0, p.v_head_stride, p.v_batch_stride, extent0, p.nheads_kv, extent1));
   };
   const auto v_tensor = [&] {
     if constexpr (Traits::kVtSmem) {

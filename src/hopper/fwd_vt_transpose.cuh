@@ -113,16 +113,18 @@ struct FwdVtTranspose {
   // computed once (the layouts' arithmetic is a few instructions per address).
   static constexpr int kChunksPerWarp = (kDV / 32 + kWarps - 1) / kWarps;
   struct ChunkAddresses {
-    bool own[kChunksPerWarp];
+    int warp;
     std::uint32_t src[kChunksPerWarp];
     std::uint32_t dst[kChunksPerWarp];
 
-    __device__ ChunkAddresses(SharedStorage& smem, int warp, int lane) {
+    // Whether the warp's i-th chunk row exists (kDV / 32 need not divide by kWarps).
+    __device__ bool owns(int i) const { return warp + i * kWarps < kDV / 32; }
+
+    __device__ ChunkAddresses(SharedStorage& smem, int warp_, int lane) : warp(warp_) {
       const VtChunkLane l = vt_chunk_lane(lane);
       CUTE_UNROLL
       for (int i = 0; i < kChunksPerWarp; ++i) {
         const int c = warp + i * kWarps;
-        own[i] = c < kDV / 32;
         src[i] = smem_address(smem.v_landed) + src_offset(l.src_key, 32 * c + l.src_col);
         dst[i] = smem_address(smem.v) + dst_offset(32 * c + l.dst_row, 0);
       }
@@ -137,7 +139,7 @@ struct FwdVtTranspose {
     const std::uint32_t sel0 = vt_chunk_lane(lane).sel0, sel1 = vt_chunk_lane(lane).sel1;
     CUTE_UNROLL
     for (int c = 0; c < kChunksPerWarp; ++c) {
-      if (!chunks.own[c]) continue;
+      if (!chunks.owns(c)) continue;
       const std::uint32_t src = chunks.src[c] + landed_stage * kStageBytes;
       const std::uint32_t dst = chunks.dst[c] + vt_stage * kStageBytes;
       // The ldmatrix and stmatrix statements keep their order (asm volatile, so that none
