@@ -44,13 +44,6 @@ struct BwdConfig {
   // regular ones moved over before every GEMM (R2UR), which frees registers for the
   // step. Measured per head dim (docs/perf-log.md): kept where it was faster.
   bool uniform_slices = false;
-  // dQ's slices added to the accumulator from the consumers' registers by vector red
-  // (16 bytes a thread, a warp's 512 contiguous), in the order the bulk reduce-add
-  // writes them, instead of staged in shared memory for the dQ warp: no staging
-  // stores, fences or dQ barriers in the step, and no dQ warp. Deterministic calls take
-  // the turn of each query block around the step's reds. Off until it has been
-  // measured against the staging (docs/perf-log.md: predicted +2-6 % at head dim 256).
-  bool dq_red = false;
   bool varlen = false;  // carries the varlen paths (bwd_has_varlen_kernel); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }

@@ -5,8 +5,7 @@
 //
 // Warpgroup 0 is the producer: warp 0 picks tiles and issues every load; warp 1 (the
 // dQ warp) adds each step's dQ partial sums, staged in shared memory, to the global
-// accumulator by bulk reduce-add (with BwdConfig::dq_red the consumers add them by red
-// from registers instead, and there is no dQ warp). Warpgroups 1.. are consumers
+// accumulator by bulk reduce-add. Warpgroups 1.. are consumers
 // (hopper/bwd_mainloop.cuh). Handshakes:
 //   K, V : one buffer each. The producer writes the tile's coordinates into `tile`,
 //          then arms kv_full with K's and V's TMA loads; n_block -1 (armed with no load)
@@ -89,7 +88,7 @@ struct BwdKernel {
       QPipeline::init(smem.q_pipe, kConsumerThreads);
       DoPipeline::init(smem.do_pipe, kConsumerThreads);
       cutlass::arch::ClusterTransactionBarrier::init(&smem.kv_full, 1);
-      cutlass::arch::ClusterBarrier::init(&smem.kv_empty, kConsumerThreads + (Traits::kDqRed ? 0 : 32));
+      cutlass::arch::ClusterBarrier::init(&smem.kv_empty, kConsumerThreads + 32);
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();
@@ -102,7 +101,7 @@ struct BwdKernel {
       cutlass::arch::warpgroup_reg_dealloc<Traits::kCfg.producer_regs>();
       if (warp == 0) {
         produce(params, smem, q_pipe, do_pipe, mask);
-      } else if (warp == 1 && !Traits::kDqRed) {
+      } else if (warp == 1) {
         add_dq(params, smem, mask);
       }
     } else {
@@ -300,7 +299,7 @@ struct BwdKernel {
     Consumer consumer(tid);
     // The dQ staging buffer starts free: one warp of each warpgroup stands in for the
     // dQ warp's first "read" arrival.
-    if (!Traits::kDqRed && tid % 128 < 32) barrier_arrive(dq_empty_barrier(consumer.wg), kDqBarrierThreads);
+    if (tid % 128 < 32) barrier_arrive(dq_empty_barrier(consumer.wg), kDqBarrierThreads);
     // With an overlapped tile switch: the previous tile's dK and dV are leaving from the
     // dS and dQ staging buffers (store_dkv_staged), and this warpgroup holds its
     // staging part's turn until the tile's first dQ part takes it.
@@ -326,20 +325,11 @@ struct BwdKernel {
       cute::clear(tdKrdK);
       cute::clear(tdVrdV);
       const BlockRange range = query_range<Traits>(tile_mask<Traits>(mask, smem), n_block);
-      // With dQ added by red: the dQ accumulator's block of the tile's query block 0.
-      const std::int64_t first_q_block =
-          Traits::kDqRed ? q_block_index<Traits::kBlockM, kVarlen>(params.p, tile.batch, tile.head,
-                                                                    slot_seq(params, smem), 0)
-                         : 0;
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV, [&](auto& dq, int slice) {
-          if constexpr (Traits::kDqRed) {
-            add_dq_red(params, smem, mask, n_block, m, first_q_block + m, tid, dq, slice);
-          } else {
-            store_dq(smem, tid, dq, slice, staged);
-            staged = false;
-          }
+          store_dq(smem, tid, dq, slice, staged);
+          staged = false;
         });
       }
       if constexpr (Traits::kOverlapTileSwitch) {
@@ -376,30 +366,6 @@ struct BwdKernel {
     for (int i = 0; i < kVecs; ++i) dst[i * 128] = make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3));
     cutlass::arch::fence_view_async_shared();
     barrier_arrive(dq_full_barrier(wg), kDqBarrierThreads);
-  }
-
-  // Adds a step's dQ partial sums (slice `slice` of Traits::kDqSlices) to query block
-  // m_block's accumulator (`block` in the workspace) by red from registers
-  // (BwdConfig::dq_red), where the dQ warp's bulk reduce-add would put them.
-  // Deterministic mode takes the block's turn before the first slice and passes it on
-  // after the last.
-  template <class FragDq>
-  __device__ static void add_dq_red(const Params& params, const SharedStorage& smem, const Mask& mask, int n_block,
-                                    int m_block, std::int64_t block, int tid, const FragDq& dq, int slice) {
-    const BwdParams& p = params.p;
-    int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + block : nullptr;
-    const int my_turn = turn != nullptr ? dq_turn(tile_mask<Traits>(mask, smem), n_block, m_block) : 0;
-    if (slice == 0) take_turn(turn, my_turn, tid);
-    float4* dst = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dq_accum) +
-                                            block * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim) +
-                                            (tid / 128) * Traits::kDqPerWG + slice * Traits::kDqStagedPerWG) +
-                  tid % 128;
-    constexpr int kVecs = decltype(cute::size(dq))::value / 4;
-    CUTE_UNROLL
-    for (int i = 0; i < kVecs; ++i) {
-      arch::red_add_v4(dst + i * 128, make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3)));
-    }
-    if (slice == Traits::kDqSlices - 1) pass_turn(turn, my_turn, tid);
   }
 
   // Deterministic mode (`turn` set): every consumer thread waits until the sums whose

@@ -7,7 +7,7 @@
 //   slope under a softcap; P and dS to bf16/fp16, dS (and P unless the dK/dV
 //   GEMMs take them from registers) to shared memory; dV += Pᵀ·dO; dQ = dS·K once every
 //   warpgroup's dS is in; dK += dSᵀ·Q while dQ's sum leaves (through shared memory to
-//   the dQ warp's bulk reduce-add, or by red from registers: BwdConfig::dq_red).
+//   the dQ warp's bulk reduce-add).
 // The row statistics come with their tiles: LSE with Q, D with dO.
 //
 // A varlen call's tiles load their rows at the sequence's offset in the packed tensors
@@ -413,7 +413,7 @@ struct BwdConsumer {
       // P in warpgroup 0's part of dQ's staging buffer: the dQ warp has read the part's
       // last slice (the wait store_dq's first slice then skips); the barrier below
       // tells the other warpgroups.
-      if constexpr (Traits::kPInDqStaging && !Traits::kDqRed) {
+      if constexpr (Traits::kPInDqStaging) {
         if (wg == 0) barrier_sync(dq_empty_barrier(0), kDqBarrierThreads);
       }
       // With one buffer, every warpgroup's dV GEMM of the previous step must be done with P.

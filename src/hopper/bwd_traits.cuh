@@ -39,8 +39,6 @@ struct BwdTraits {
   static constexpr bool kVarlen = kCfg.varlen;
   static constexpr bool kOverlapTileSwitch = kCfg.overlap_tile_switch;
   static constexpr bool kUniformSlices = kCfg.uniform_slices;
-  static constexpr bool kDqRed = kCfg.dq_red;
-  static_assert(!kDqRed || !kOverlapTileSwitch, "an overlapped tile switch stores dV through dQ's staging buffer");
   static_assert(!kOverlapTileSwitch || kDkvRS, "an overlapped tile switch stores dK/dV from whole key rows");
   static_assert(!kPInDqStaging || (!kDkvRS && kDsStages == 1), "P in dQ's staging buffer: one P buffer");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");
