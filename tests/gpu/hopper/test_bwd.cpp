@@ -404,7 +404,7 @@ TEST(BwdGuards, MoreTilesThanSms) {
 TEST(BwdGuards, SmMarginKeepsTheAccuracyRule) {
   FA3_REQUIRE_HOPPER();
   FA3_REQUIRE_BACKWARD_KERNELS();
-  const Kernel& kernel = built_kernels().front();
+  const Kernel kernel = built_kernels().front();  // a copy: the vector is a temporary
   for (const int margin : {16, 100000}) {
     SCOPED_TRACE(kernel.name() + " sm_margin " + std::to_string(margin));
     BwdInputs in = make_inputs(kernel.dtype, Shape{4, 700, 900, 4, 2}, kernel.head_dim, kernel.causal, 12);
