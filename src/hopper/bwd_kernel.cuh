@@ -5,8 +5,8 @@
 //
 // Warpgroup 0 is the producer: warp 0 picks tiles and issues every load; warp 1 (the
 // dQ warp) adds each step's dQ partial sums, staged in shared memory, to the global
-// accumulator by bulk reduce-add. Warpgroups 1.. are consumers
-// (hopper/bwd_mainloop.cuh). Handshakes:
+// accumulator by bulk reduce-add. Warpgroups 1.. are consumers (hopper/bwd_mainloop.cuh).
+// Handshakes:
 //   K, V : one buffer each. The producer writes the tile's coordinates into `tile`,
 //          then arms kv_full with K's and V's TMA loads; n_block -1 (armed with no load)
 //          means no more tiles. kv_empty counts every consumer thread (and the dQ
