@@ -45,9 +45,10 @@
 // -inf (its sink's logit, with sinks). fa3::cpu runs varlen calls. fa3::forward runs them
 // in a build with the GPU varlen paths (BuildInfo::gpu_varlen, the FA3_GPU_VARLEN option,
 // on by default) and refuses them otherwise (kNotSupported, naming cu_seqlens_q);
-// fa3::backward likewise, at head dim 128 whatever the mask (a varlen call of another
-// head dim is refused with kNotSupported naming cu_seqlens_q, also in a build with the
-// option).
+// fa3::backward likewise, whatever the mask, at the kernel head dims of
+// BuildInfo::gpu_varlen_backward_head_dims (the FA3_BWD_VARLEN_HEAD_DIMS option, 128 by
+// default; a varlen call of another head dim is refused with kNotSupported naming
+// cu_seqlens_q, also in a build with the option).
 //
 // What is checked where: fa3::cpu reads the index tensors and checks every rule on their
 // values (offsets from 0, non-decreasing, within the totals; seqused within each

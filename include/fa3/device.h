@@ -13,7 +13,8 @@ struct BuildInfo {
   std::vector<int> head_dims;      // head dims with compiled GPU kernels
   std::vector<std::string> dtypes; // dtypes with compiled GPU kernels ("fp16", "bf16")
   bool gpu_kernels = false;        // false when built without any Hopper kernel
-  bool gpu_varlen = false;         // varlen calls run on the GPU kernels (FA3_GPU_VARLEN; backward at head dim 128)
+  bool gpu_varlen = false;         // varlen calls run on the GPU kernels (FA3_GPU_VARLEN)
+  std::vector<int> gpu_varlen_backward_head_dims;  // kernel head dims of their backward (FA3_BWD_VARLEN_HEAD_DIMS)
   bool gpu_kvcache = false;        // forward_with_kvcache runs on the GPU (FA3_GPU_KVCACHE)
   bool gpu_fp8 = false;            // e4m3 forward calls run on the FP8 GPU kernels (FA3_GPU_FP8)
   bool gpu_fp8_varlen = false;     // and varlen ones with e4m3 inputs too (FA3_GPU_FP8_VARLEN)

@@ -303,6 +303,7 @@ nb::dict build_info_dict() {
   d["dtypes"] = b.dtypes;
   d["gpu_kernels"] = b.gpu_kernels;
   d["gpu_varlen"] = b.gpu_varlen;
+  d["gpu_varlen_backward_head_dims"] = b.gpu_varlen_backward_head_dims;
   d["gpu_kvcache"] = b.gpu_kvcache;
   d["gpu_fp8"] = b.gpu_fp8;
   d["gpu_fp8_varlen"] = b.gpu_fp8_varlen;

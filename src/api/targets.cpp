@@ -95,9 +95,10 @@ ValidationTarget gpu_backward_target() {
   // tensors' extra columns read as zeros and never written (hopper/bwd_dispatch.cpp).
   t.separate_head_dim_v = true;
   t.max_head_dim_v = t.head_dims.empty() ? 0 : t.head_dims.back();
-  // Varlen backward calls run on the backward kernel that carries the varlen paths (the
-  // general one of head dim 128), in a build with them (hopper::bwd_varlen_enabled); the
-  // dispatcher refuses those of other head dims (kNotSupported naming cu_seqlens_q).
+  // Varlen backward calls run on the backward kernels that carry the varlen paths (the
+  // general ones of the head dims in FA3_BWD_VARLEN_HEAD_DIMS), in a build with them
+  // (hopper::bwd_varlen_enabled); the dispatcher refuses those of other head dims
+  // (kNotSupported naming cu_seqlens_q).
   t.supports_varlen = hopper::bwd_varlen_enabled();
   t.backward_workspace = [](const Problem& p, bool deterministic) {
     return hopper::bwd_workspace(p, deterministic).bytes;

@@ -44,7 +44,7 @@ struct BwdConfig {
   // regular ones moved over before every GEMM (R2UR), which frees registers for the
   // step. Measured per head dim (docs/perf-log.md): kept where it was faster.
   bool uniform_slices = false;
-  bool varlen = false;  // carries the varlen paths (bwd_has_varlen_kernel); set by launch_bwd
+  bool varlen = false;  // carries the varlen paths (see the end of this file); set by launch_bwd
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   constexpr int consumer_threads() const { return 128 * consumer_wgs; }
@@ -88,15 +88,14 @@ constexpr BwdConfig bwd_config(int head_dim) {
   }
 }
 
-// The head dims whose backward has a varlen kernel: in a build with FA3_GPU_VARLEN
-// (kVarlenKernels), a second instance of the general kernel that carries the varlen paths
-// (BwdConfig::varlen), which varlen calls of every mask run on (bwd_dispatch.cpp); varlen
-// calls of other head dims are refused. The kernels of fixed-length calls never carry
-// the paths: they run at their register limit (a 24-register producer beside two
-// consumer warpgroups at 240), and the paths made them spill more (at head dim 128, 68
-// bytes of spill stores where the plain kernel spills 40; the general kernel 242 where
-// it spills 170) and cost fixed-length window and chunk calls 3-4 % (docs/perf-log.md).
-constexpr bool bwd_has_varlen_kernel(int head_dim) { return head_dim == 128; }
-constexpr bool bwd_builds_varlen_kernel(int head_dim) { return kVarlenKernels && bwd_has_varlen_kernel(head_dim); }
+// Varlen calls: in a build with FA3_GPU_VARLEN (kVarlenKernels), the head dims of the
+// FA3_BWD_VARLEN_HEAD_DIMS list get a second instance of the general kernel that carries
+// the varlen paths (BwdConfig::varlen), which varlen calls of every mask run on
+// (bwd_dispatch.cpp); varlen calls of other head dims are refused. The kernels of
+// fixed-length calls never carry the paths: they run at their register limit (a
+// 24-register producer beside two consumer warpgroups at 240), and the paths made them
+// spill more (at head dim 128, 68 bytes of spill stores where the plain kernel spills 40;
+// the general kernel 242 where it spills 170) and cost fixed-length window and chunk
+// calls 3-4 % (docs/perf-log.md).
 
 }  // namespace fa3::hopper

@@ -66,7 +66,19 @@ BwdWorkspace bwd_workspace(const Problem& p, bool deterministic) {
 
 bool bwd_varlen_enabled() { return kVarlenKernels; }
 
-bool bwd_runs_varlen(int head_dim) { return bwd_builds_varlen_kernel(head_dim); }
+std::vector<int> bwd_varlen_head_dims() {
+  std::vector<int> out;
+  for (const BwdKernelEntry& k : bwd_kernels()) {
+    if (k.varlen && std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool bwd_runs_varlen(int head_dim) {
+  const std::vector<int> dims = bwd_varlen_head_dims();
+  return std::find(dims.begin(), dims.end(), head_dim) != dims.end();
+}
 
 MaskKind bwd_mask_kind(const Problem& p) { return p.varlen ? MaskKind::kGeneral : mask_kind(p); }
 
@@ -148,8 +160,10 @@ Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaSt
   const int head_dim = bwd_problem_head_dim(p);
   const MaskKind mask = bwd_mask_kind(p);
   if (p.varlen && !bwd_runs_varlen(head_dim)) {
-    return {StatusCode::kNotSupported, "cu_seqlens_q: varlen backward calls run on the GPU at head dim 128 only; this "
-                                       "call's kernel head dim is " +
+    std::string dims;
+    for (int d : bwd_varlen_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    return {StatusCode::kNotSupported, "cu_seqlens_q: varlen backward calls run on the GPU at kernel head dims {" +
+                                           dims + "} only (FA3_BWD_VARLEN_HEAD_DIMS); this call's kernel head dim is " +
                                            std::to_string(head_dim) + " (fa3::cpu runs it)"};
   }
   for (const BwdKernelEntry& k : bwd_kernels()) {

@@ -16,7 +16,7 @@ namespace fa3::hopper {
 
 // One compiled backward kernel family (preprocess, main kernel, postprocess) from the
 // configure-time kernel list. `varlen`: the instance that carries the varlen paths and
-// runs varlen calls (bwd_config.h's bwd_has_varlen_kernel); the others run
+// runs varlen calls (built at the head dims of FA3_BWD_VARLEN_HEAD_DIMS); the others run
 // fixed-length calls.
 struct BwdKernelEntry {
   DType dtype;
@@ -45,10 +45,12 @@ int bwd_problem_head_dim(const Problem& p);
 // The workspace a call on `p` needs (hopper/bwd_workspace.h).
 BwdWorkspace bwd_workspace(const Problem& p, bool deterministic);
 
-// Whether this build has varlen backward kernels at all (FA3_GPU_VARLEN), and whether
-// kernel head dim `head_dim` has one (bwd_config.h's bwd_builds_varlen_kernel): a varlen
-// call of any other head dim is refused with kNotSupported naming cu_seqlens_q.
+// Whether this build has varlen backward kernels at all (FA3_GPU_VARLEN), the kernel head
+// dims that have one (a varlen instance in the registry, of some dtype), and whether
+// `head_dim` is among them: a varlen call of any other head dim is refused with
+// kNotSupported naming cu_seqlens_q.
 bool bwd_varlen_enabled();
+std::vector<int> bwd_varlen_head_dims();
 bool bwd_runs_varlen(int head_dim);
 
 // The mask family whose kernel runs problem `p`: the problem's (mask_kind), except that a

@@ -90,11 +90,11 @@ Status launch_bwd_main(const typename Kernel::Params& params, int grid, cudaStre
 }
 
 // kVarlen: the instance that carries the varlen paths (BwdConfig::varlen), of the general
-// mask only (bwd_has_varlen_kernel).
+// mask only.
 template <class Element, int kHeadDim, class Mask, bool kVarlen>
 Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using namespace cute;
-  static_assert(!kVarlen || (Mask::kGeneral && kVarlenKernels && bwd_has_varlen_kernel(kHeadDim)));
+  static_assert(!kVarlen || (Mask::kGeneral && kVarlenKernels));
   constexpr BwdConfig kCfg = [] {
     BwdConfig c = bwd_config(kHeadDim);
     c.varlen = kVarlen;

@@ -141,12 +141,13 @@ def test_per_sequence_loop_equals_the_varlen_call(causal, window_size, softcap):
 
 
 def test_gpu_varlen_is_taken_where_the_build_runs_it(monkeypatch):
-    """CUDA calls go to the varlen kernels in a build with them, for gradients at the GPU
-    varlen backward's head dim only; the rule itself needs no GPU."""
+    """CUDA calls go to the varlen kernels in a build with them, for gradients only where
+    the call's kernel head dim has a GPU varlen backward; the rule itself needs no GPU."""
     q, k, v = (torch.zeros(10, 2, d) for d in (128, 128, 128))
-    monkeypatch.setattr(fa3_transformers, "build_info", lambda: {"gpu_varlen": False})
+    info = {"gpu_varlen": False, "head_dims": [64, 96, 128, 192, 256], "gpu_varlen_backward_head_dims": [128]}
+    monkeypatch.setattr(fa3_transformers, "build_info", lambda: info)
     assert not fa3_transformers._gpu_varlen_runs(q, k, v)
-    monkeypatch.setattr(fa3_transformers, "build_info", lambda: {"gpu_varlen": True})
+    info["gpu_varlen"] = True
     assert fa3_transformers._gpu_varlen_runs(q, k, v)
     narrow = torch.zeros(10, 2, 64)
     assert fa3_transformers._gpu_varlen_runs(narrow, narrow, narrow), "no gradient wanted: any head dim"
@@ -156,6 +157,13 @@ def test_gpu_varlen_is_taken_where_the_build_runs_it(monkeypatch):
     assert not fa3_transformers._gpu_varlen_runs(narrow_grad, narrow, narrow)
     with torch.no_grad():
         assert fa3_transformers._gpu_varlen_runs(narrow_grad, narrow, narrow)
+    # Head dim 112 (and V's 64 beside Q/K's 112) runs on the 128 kernel; 320 on none.
+    odd = torch.zeros(10, 2, 112).requires_grad_()
+    assert fa3_transformers._gpu_varlen_runs(odd, odd, narrow)
+    wide = torch.zeros(10, 2, 320).requires_grad_()
+    assert not fa3_transformers._gpu_varlen_runs(wide, wide, wide)
+    info["gpu_varlen_backward_head_dims"] = [64, 128]
+    assert fa3_transformers._gpu_varlen_runs(narrow_grad, narrow, narrow)
 
 
 def _loss_curve(attn_implementation, steps=4):

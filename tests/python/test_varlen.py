@@ -289,12 +289,12 @@ def test_cuda_forward_with_sinks_and_repeats_bitwise():
         assert torch.equal(again, out) and torch.equal(again_lse, lse)
 
 
-# The GPU varlen backward runs at head dim 128 (the kernels that carry the varlen paths);
-# other head dims are refused naming cu_seqlens_q.
-GPU_VARLEN_BWD_HEAD_DIM = 128
+# The GPU varlen backward runs at the kernel head dims that have a varlen instance
+# (FA3_BWD_VARLEN_HEAD_DIMS); other head dims are refused naming cu_seqlens_q.
+GPU_VARLEN_BWD_HEAD_DIMS = [d for d in fa3.build_info()["gpu_varlen_backward_head_dims"] if d in BUILT_HEAD_DIMS]
 needs_gpu_varlen_backward = pytest.mark.skipif(
-    _GPU_SKIP is not None or GPU_VARLEN_BWD_HEAD_DIM not in BUILT_HEAD_DIMS,
-    reason=str(_GPU_SKIP or f"no kernels of head dim {GPU_VARLEN_BWD_HEAD_DIM} were built"),
+    _GPU_SKIP is not None or not GPU_VARLEN_BWD_HEAD_DIMS,
+    reason=str(_GPU_SKIP or "no head dim with a GPU varlen backward was built"),
 )
 
 
@@ -326,10 +326,10 @@ def poisoned_dout(like, cu_q, used_q, seed):
     return dout.to(like.device)
 
 
-def cuda_backward(dtype, heads, seqused, options, deterministic, sinks, seed):
+def cuda_backward(dtype, head_dim, heads, seqused, options, deterministic, sinks, seed):
     """flash_attn_varlen_func's forward and backward on a poisoned CUDA batch: the inputs
     (q, k, v, dout, index tensors) and the gradients (dq, dk, dv, and dsinks with sinks)."""
-    q, k, v, cu_q, cu_k, used_q, used_k = poisoned_gpu_batch(dtype, GPU_VARLEN_BWD_HEAD_DIM, heads, seqused, seed)
+    q, k, v, cu_q, cu_k, used_q, used_k = poisoned_gpu_batch(dtype, head_dim, heads, seqused, seed)
     used = {"seqused_q": used_q, "seqused_k": used_k} if seqused else {}
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     sinks_leaf = sinks.detach().requires_grad_() if sinks is not None else None
@@ -341,10 +341,10 @@ def cuda_backward(dtype, heads, seqused, options, deterministic, sinks, seed):
     return (q, k, v, dout, cu_q, cu_k, used_q, used_k), got
 
 
-def check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, sinks=None, seed=0):
+def check_cuda_backward(dtype, head_dim, heads, seqused, options, mask, deterministic, sinks=None, seed=0):
     """The gradients of cuda_backward against the reference on each sequence alone, by
     the backward rule; rows of no sequence must get exactly 0."""
-    inputs, got = cuda_backward(dtype, heads, seqused, options, deterministic, sinks, seed)
+    inputs, got = cuda_backward(dtype, head_dim, heads, seqused, options, deterministic, sinks, seed)
     cpu = [t.cpu() for t in inputs]
     cpu_sinks = sinks.cpu() if sinks is not None else None
     ref = packed_reference_grads(*cpu, dtype=torch.float32, sinks=cpu_sinks, **mask)
@@ -367,26 +367,27 @@ def check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, sin
 @pytest.mark.parametrize("seqused", [False, True], ids=["all-rows", "seqused"])
 @pytest.mark.parametrize("deterministic", [False, True], ids=["fast", "deterministic"])
 @pytest.mark.parametrize("dtype", BUILT_DTYPES)
-def test_cuda_backward_matches_the_reference(dtype, deterministic, seqused, heads, options, mask):
-    check_cuda_backward(dtype, heads, seqused, options, mask, deterministic, seed=5)
+@pytest.mark.parametrize("head_dim", GPU_VARLEN_BWD_HEAD_DIMS)
+def test_cuda_backward_matches_the_reference(head_dim, dtype, deterministic, seqused, heads, options, mask):
+    check_cuda_backward(dtype, head_dim, heads, seqused, options, mask, deterministic, seed=5)
 
 
 @needs_gpu_varlen_backward
 def test_cuda_backward_with_sinks_and_deterministic_repeats_bitwise():
-    dtype = BUILT_DTYPES[0]
+    dtype, head_dim = BUILT_DTYPES[0], GPU_VARLEN_BWD_HEAD_DIMS[0]
     sinks = torch.randn(8, generator=torch.Generator().manual_seed(4)).cuda()
     options, mask = GPU_OPTIONS[1]
-    first = check_cuda_backward(dtype, (8, 2), True, options, mask, True, sinks=sinks, seed=13)
+    first = check_cuda_backward(dtype, head_dim, (8, 2), True, options, mask, True, sinks=sinks, seed=13)
     for _ in range(20):
-        _, again = cuda_backward(dtype, (8, 2), True, options, True, sinks, seed=13)
+        _, again = cuda_backward(dtype, head_dim, (8, 2), True, options, True, sinks, seed=13)
         assert all(torch.equal(a, b) for a, b in zip(again, first))
 
 
 @needs_gpu_varlen
 def test_cuda_backward_of_other_head_dims_is_refused():
-    others = [d for d in BUILT_HEAD_DIMS if d != GPU_VARLEN_BWD_HEAD_DIM]
+    others = [d for d in BUILT_HEAD_DIMS if d not in GPU_VARLEN_BWD_HEAD_DIMS]
     if not others:
-        pytest.skip(f"only head dim {GPU_VARLEN_BWD_HEAD_DIM} was built")
+        pytest.skip("every built head dim has a GPU varlen backward")
     q, k, v, cu_q, cu_k, _, _ = poisoned_gpu_batch(BUILT_DTYPES[0], others[0], (4, 2), False, seed=3)
     q.requires_grad_()
     out = fa3.flash_attn_varlen_func(q, k, v, cu_q, cu_k, int(cu_q.diff().max()), int(cu_k.diff().max()))

@@ -17,7 +17,8 @@ cu_seq_lens_q / cu_seq_lens_k keywords of transformers' DataCollatorWithFlatteni
 Causal masking, GQA, sliding windows and logit softcapping come from the layer. CPU
 tensors run fa3's CPU path; CUDA tensors fa3's kernels, varlen ones where the build has
 the GPU varlen paths (fa3.build_info()["gpu_varlen"]) and, when gradients are wanted, the
-head dim is the GPU varlen backward's (128); otherwise a padded or packed batch runs one
+head dim runs on a kernel with a GPU varlen backward (build_info()'s
+"gpu_varlen_backward_head_dims"); otherwise a padded or packed batch runs one
 flash_attn_func call per sequence.
 """
 
@@ -25,9 +26,6 @@ import torch
 
 from .. import interface
 from .._info import build_info
-
-# The head dim of the GPU's varlen backward (fa3/attention.h: it refuses the others).
-_GPU_VARLEN_BACKWARD_HEAD_DIM = 128
 
 _PACKED_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
@@ -167,10 +165,16 @@ def _varlen(q, k, v, bounds, options):
 def _gpu_varlen_runs(q, k, v):
     """Whether fa3's GPU varlen paths take a packed call of these tensors, forward and, if
     gradients are wanted, backward."""
-    if not build_info()["gpu_varlen"]:
+    info = build_info()
+    if not info["gpu_varlen"]:
         return False
     wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    return not wants_grad or q.shape[-1] == v.shape[-1] == _GPU_VARLEN_BACKWARD_HEAD_DIM
+    if not wants_grad:
+        return True
+    # The backward runs on the smallest built head dim that holds both of the call's
+    # (fa3/attention.h); its varlen instance may not have been built.
+    wider = [d for d in info["head_dims"] if d >= max(q.shape[-1], v.shape[-1])]
+    return bool(wider) and min(wider) in info["gpu_varlen_backward_head_dims"]
 
 
 def _varlen_by_sequence(q, k, v, cu_q, cu_k, options):

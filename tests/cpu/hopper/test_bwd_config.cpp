@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/problem.h"
+#include "fa3/device.h"
 #include "hopper/bwd_config.h"
 #include "hopper/bwd_dispatch.h"
 #include "hopper/bwd_workspace.h"
@@ -146,13 +147,21 @@ TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
   }
 }
 
-// A varlen backward call runs on the general family's varlen instance (head dim 128),
-// whatever its mask; a fixed-length call on its own family, never on the varlen one.
+// A varlen backward call runs on the general family's varlen instance (at the head dims
+// of FA3_BWD_VARLEN_HEAD_DIMS, which BuildInfo reports), whatever its mask; a
+// fixed-length call on its own family, never on the varlen one.
 TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernelsVarlenInstance) {
+  const std::vector<int>& listed = build_info().gpu_varlen_backward_head_dims;
+  if (!bwd_varlen_enabled()) EXPECT_TRUE(listed.empty());
   for (int d : kHeadDims) {
-    EXPECT_EQ(bwd_has_varlen_kernel(d), d == 128) << d;
-    EXPECT_EQ(bwd_runs_varlen(d), bwd_varlen_enabled() && d == 128) << d;
+    bool in_registry = false;
+    for (const BwdKernelEntry& k : bwd_kernels()) in_registry |= k.varlen && k.head_dim == d;
+    EXPECT_EQ(bwd_runs_varlen(d), in_registry) << d;
+    // The kernel filter may leave a listed head dim out, never add one.
+    if (in_registry) EXPECT_NE(std::find(listed.begin(), listed.end(), d), listed.end()) << d;
   }
+  const std::vector<int> dims = bwd_varlen_head_dims();
+  EXPECT_TRUE(std::is_sorted(dims.begin(), dims.end()));
   for (const BwdKernelEntry& k : bwd_kernels()) {
     if (k.varlen) {
       EXPECT_EQ(k.mask, MaskKind::kGeneral);
