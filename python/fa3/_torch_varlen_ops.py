@@ -5,7 +5,7 @@ q, k, v are (total, nheads, headdim), out (total_q, nheads, headdim_v) and lse
 (nheads, total_q); cu_seqlens_q / cu_seqlens_k (int32, batch + 1) and the optional
 seqused_q / seqused_k (int32, batch) say which rows form each sequence. The CPU path
 runs both; on CUDA tensors both run on the GPU kernels where the build has them switched
-on (FA3_GPU_VARLEN; the backward at head dim 128), and the extension refuses them
+on (FA3_GPU_VARLEN; the backward at FA3_BWD_VARLEN_HEAD_DIMS), and the extension refuses them
 otherwise. The fake implementations give
 shapes anywhere, so that flash_attn_varlen_func traces under torch.compile. Eager calls
 skip the ops' dispatch as fixed-length ones do (forward(), _torch_ops.eager_way).
