@@ -88,6 +88,19 @@ constexpr BwdConfig bwd_config(int head_dim) {
   }
 }
 
+// The preprocess lets the main kernel launch as soon as every preprocess CTA has started,
+// and the main kernel lets the dQ conversion launch at once: each waits for the kernel
+// before it to complete before touching what it wrote, so that only their launches and
+// the main kernel's barrier set-up overlap the kernel before (the build's FA3_BWD_PDL,
+// off until it has run on a GPU). Their CTAs take SMs only as the earlier kernel's CTAs
+// leave them, since every preprocess CTA has started by then and the main kernel's
+// are all resident (one per SM, persistent).
+#ifdef FA3_BWD_PDL
+inline constexpr bool kBwdPdl = true;
+#else
+inline constexpr bool kBwdPdl = false;
+#endif
+
 // Varlen calls: in a build with FA3_GPU_VARLEN (kVarlenKernels), the head dims of the
 // FA3_BWD_VARLEN_HEAD_DIMS list get a second instance of the general kernel that carries
 // the varlen paths (BwdConfig::varlen), which varlen calls of every mask run on

@@ -92,6 +92,13 @@ struct BwdKernel {
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();
+    // Launched as a programmatic dependent (kBwdPdl): everything below reads what the
+    // kernels before wrote (statistics, zeroed sums and counters), so every thread waits
+    // for them here; the dQ conversion may launch at once.
+    if constexpr (kBwdPdl) {
+      arch::launch_dependent_grids();
+      arch::wait_grid_dependencies();
+    }
 
     QPipeline q_pipe{&smem.q_pipe};
     DoPipeline do_pipe{&smem.do_pipe};

@@ -33,6 +33,8 @@ namespace fa3::hopper {
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dq(const __grid_constant__ BwdParams p) {
   constexpr bool kVarlen = Traits::kVarlen;
+  // Launched as a programmatic dependent of the main kernel (kBwdPdl): its sums first.
+  if constexpr (kBwdPdl) arch::wait_grid_dependencies();
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const SeqBounds seq = seq_bounds<kVarlen>(p, batch);
   if (is_varlen<kVarlen>(p) && m_block * Traits::kBlockM >= seq.seqlen_q) return;
@@ -85,8 +87,9 @@ Status launch_bwd_main(const typename Kernel::Params& params, int grid, cudaStre
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
       "cudaFuncSetAttribute(max dynamic shared memory)");
   if (!attr.is_ok()) return attr;
-  kernel<<<grid, Kernel::kThreads, kSmemBytes, stream>>>(params);
-  return detail::cuda_status(cudaGetLastError(), "backward kernel launch");
+  return detail::cuda_status(
+      detail::launch_kernel(kernel, dim3(grid), dim3(Kernel::kThreads), kSmemBytes, stream, kBwdPdl, params),
+      "backward kernel launch");
 }
 
 // kVarlen: the instance that carries the varlen paths (BwdConfig::varlen), of the general
@@ -179,8 +182,10 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
     if (!main.is_ok()) return main;
   }
   if (m_blocks > 0) {
-    bwd_convert_dq<Traits><<<dim3(m_blocks, p.nheads_q, p.batch), Traits::kConsumerThreads, 0, stream>>>(p);
-    const Status post = detail::cuda_status(cudaGetLastError(), "backward dQ conversion launch");
+    const Status post =
+        detail::cuda_status(detail::launch_kernel(bwd_convert_dq<Traits>, dim3(m_blocks, p.nheads_q, p.batch),
+                                                  dim3(Traits::kConsumerThreads), 0, stream, kBwdPdl, p),
+                            "backward dQ conversion launch");
     if (!post.is_ok()) return post;
   }
   if (!p.layout.dkv_sums || n_blocks == 0) return Status::ok();

@@ -21,6 +21,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "hopper/arch/ptx.cuh"
+#include "hopper/bwd_config.h"
 #include "hopper/bwd_params.h"
 #include "hopper/bwd_seq.cuh"
 
@@ -51,6 +53,8 @@ __global__ void __launch_bounds__(kBwdPreThreads) bwd_preprocess(const __grid_co
   static_assert(kBlockM % kRowsPerPass == 0, "whole passes");
   constexpr int kPasses = kBlockM / kRowsPerPass;
   constexpr float kLog2e = 1.4426950408889634f;
+  // The main kernel may launch once every CTA of this grid has started (kBwdPdl).
+  if constexpr (kBwdPdl) arch::launch_dependent_grids();
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const int group_row = threadIdx.x / kLanes, col = threadIdx.x % kLanes * 8;
   const bool leader = threadIdx.x % kLanes == 0;

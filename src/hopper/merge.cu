@@ -77,16 +77,9 @@ Status launch(const MergeParams<Parts>& p, cudaStream_t stream) {
   // A programmatic dependent of the kernel before it in the stream (the KV-cache
   // kernel's splits lets it launch early): the merge waits for that kernel's completion
   // before its first read (merge_kernel), so only the launch overlaps.
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kMergeThreads);
-  config.stream = stream;
-  config.attrs = &pdl;
-  config.numAttrs = 1;
-  return detail::cuda_status(cudaLaunchKernelEx(&config, merge_kernel<Parts, Out, kVec>, p), "merge kernel launch");
+  return detail::cuda_status(detail::launch_kernel(merge_kernel<Parts, Out, kVec>, dim3(static_cast<unsigned>(blocks)),
+                                                   dim3(kMergeThreads), 0, stream, true, p),
+                             "merge kernel launch");
 }
 
 std::size_t bytes_of(PartType t) { return t == PartType::kFloat32 ? sizeof(float) : 2; }
