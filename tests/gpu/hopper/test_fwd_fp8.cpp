@@ -653,7 +653,7 @@ TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
     a.out = TensorView::contiguous(out.get(), DType::kBFloat16, {b, sq, hq, d});
     a.lse = TensorView::contiguous(lse.get(), DType::kFloat32, {b, hq, sq});
     a.options.causal = causal;
-    std::vector<std::uint8_t> results[2];
+    std::vector<std::uint8_t> results[2], lses[2];
     for (int layout = 0; layout < 2; ++layout) {
       a.v = layout == 0 ? TensorView::contiguous(dv.get(), DType::kFloat8E4M3, {b, sk, hkv, d})
                         : TensorView::strided(dv_cols.get(), DType::kFloat8E4M3, {b, sk, hkv, d},
@@ -664,12 +664,22 @@ TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
       a.workspace = workspace.get();
       a.workspace_bytes = bytes;
       fill_nan(out.get(), DType::kBFloat16, b * sq * hq * d);
+      fill_nan(lse.get(), DType::kFloat32, b * hq * sq);
       const Status st = forward(a, nullptr);
       ASSERT_TRUE(st.is_ok()) << st.to_string();
       FA3_CUDA_CHECK(cudaDeviceSynchronize());
       results[layout] = out.to_host();
+      lses[layout] = lse.to_host();
     }
+    // Both written in full (no NaN left of the poison), and bitwise the same.
+    std::int64_t nan_out = 0;
+    for (std::size_t i = 0; i + 1 < results[0].size(); i += 2) {
+      const unsigned bits = results[0][i] | (results[0][i + 1] << 8);  // bf16, little-endian
+      nan_out += (bits & 0x7F80u) == 0x7F80u && (bits & 0x7Fu) != 0;
+    }
+    EXPECT_EQ(nan_out, 0) << (causal ? "causal" : "plain") << ": out elements left unwritten";
     EXPECT_TRUE(results[0] == results[1]) << (causal ? "causal" : "plain") << ": the layouts' results differ";
+    EXPECT_TRUE(lses[0] == lses[1]) << (causal ? "causal" : "plain") << ": the layouts' lse differ";
     if (hopper::fwd_fp8_vt_in_smem()) {
       a.v = TensorView::strided(dv_cols.get(), DType::kFloat8E4M3, {b, sk, hkv, d}, {hkv * d * sk, 1, d * sk, sk});
       a.workspace = nullptr;

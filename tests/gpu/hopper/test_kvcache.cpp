@@ -288,9 +288,11 @@ struct DeviceCall {
             sized.message().find("is not supported") != std::string::npos);
   }
 
-  // Runs the call twice; the second must give bitwise the same out and lse (the append
-  // writes the same rows again). Reads the first result into gpu_out and gpu_lse.
+  // Runs the call twice; the second, on out and lse poisoned again as before the first,
+  // must give bitwise the same out and lse (the append writes the same rows again).
+  // Reads the first result into gpu_out and gpu_lse.
   void run_twice(HostTensor& gpu_out, HostTensor& gpu_lse, DType out_dtype) {
+    const std::vector<std::uint8_t> out_poisoned = out.buffer.to_host(), lse_poisoned = lse.buffer.to_host();
     const Status st = forward_with_kvcache(args, nullptr);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     FA3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -299,6 +301,9 @@ struct DeviceCall {
     EXPECT_EQ(out.margin_written(out_dtype), 0) << "out's margin was written";
     EXPECT_EQ(lse.margin_written(DType::kFloat32), 0) << "lse's margin was written";
     const std::vector<std::uint8_t> out_first = out.buffer.to_host(), lse_first = lse.buffer.to_host();
+    for (auto [buffer, bytes] : {std::pair{&out.buffer, &out_poisoned}, std::pair{&lse.buffer, &lse_poisoned}}) {
+      FA3_CUDA_CHECK(cudaMemcpy(buffer->get(), bytes->data(), bytes->size(), cudaMemcpyHostToDevice));
+    }
     ASSERT_TRUE(forward_with_kvcache(args, nullptr).is_ok());
     FA3_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_EQ(out.buffer.to_host(), out_first) << "a repeated call changed out";
@@ -373,7 +378,8 @@ TEST(GpuKvCacheWorkspace, MissingOrShortIsRefused) {
   args.num_splits = hopper::kvcache_cluster_merge_enabled() ? hopper::kMaxKvClusterSplits + 1 : 3;
   std::size_t bytes = 0;
   const Status sized = kvcache_workspace_size(args, &bytes);
-  if (!sized.is_ok()) GTEST_SKIP() << sized.to_string();
+  if (sized.code() == StatusCode::kNotSupported) GTEST_SKIP() << sized.to_string();
+  ASSERT_TRUE(sized.is_ok()) << sized.to_string();
   ASSERT_GT(bytes, 0u);
   const std::vector<std::uint8_t> out_before = inputs[4].buffer.to_host();
 
@@ -444,7 +450,9 @@ TEST_P(GpuFp8KvCacheTest, MatchesCpuPathForEverySplitCount) {
   FA3_REQUIRE_HOPPER();
   if (!hopper::kvcache_fp8_enabled()) GTEST_SKIP() << "e4m3 KV-cache calls are off in this build (FA3_GPU_FP8_KVCACHE)";
   const KvCase& c = GetParam();
-  for (int num_splits : {1, 3, 0}) {
+  // As the 16-bit test: 3 and 8 merge in a cluster where the build does, 9 in the merge
+  // kernel; every case has at least 10 key blocks.
+  for (int num_splits : {1, 3, 8, 9, 0}) {
     SCOPED_TRACE("num_splits " + std::to_string(num_splits));
     KvCall low = testing::make_kv_call(c, 31);
     low.out = HostTensor(DType::kBFloat16, {c.batch(), c.seqlen_q, c.nheads_q, c.head_dim_v});
