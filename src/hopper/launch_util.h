@@ -36,8 +36,8 @@ inline Status cuda_status(cudaError_t err, const char* what) {
 // and must wait for that kernel, arch::wait_grid_dependencies, before reading its
 // results).
 template <class... KernelArgs, class... Args>
-cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem,
-                          cudaStream_t stream, bool programmatic, Args&&... args) {
+cudaError_t launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                          bool programmatic, Args&&... args) {
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
