@@ -88,13 +88,13 @@ constexpr BwdConfig bwd_config(int head_dim) {
   }
 }
 
-// The preprocess lets the main kernel launch as soon as every preprocess CTA has started,
-// and the main kernel lets the dQ conversion launch at once: each waits for the kernel
-// before it to complete before touching what it wrote, so that only their launches and
-// the main kernel's barrier set-up overlap the kernel before (the build's FA3_BWD_PDL,
-// off until it has run on a GPU). Their CTAs take SMs only as the earlier kernel's CTAs
-// leave them, since every preprocess CTA has started by then and the main kernel's
-// are all resident (one per SM, persistent).
+// The main kernel and the dQ conversion launch as programmatic dependents (the build's
+// FA3_BWD_PDL, off until it has run on a GPU). The preprocess lets the main kernel launch
+// as soon as every preprocess CTA has started, so that the main kernel's CTAs take SMs
+// as the last preprocess CTAs leave them and set up their barriers meanwhile; the dQ
+// conversion launches as the main kernel's CTAs exit (no early trigger there: its CTAs
+// would wait on the SMs that sm_margin leaves free). Each waits for the kernel before it
+// to complete before touching what it wrote.
 #ifdef FA3_BWD_PDL
 inline constexpr bool kBwdPdl = true;
 #else

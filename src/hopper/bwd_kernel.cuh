@@ -94,11 +94,9 @@ struct BwdKernel {
     __syncthreads();
     // Launched as a programmatic dependent (kBwdPdl): everything below reads what the
     // kernels before wrote (statistics, zeroed sums and counters), so every thread waits
-    // for them here; the dQ conversion may launch at once.
-    if constexpr (kBwdPdl) {
-      arch::launch_dependent_grids();
-      arch::wait_grid_dependencies();
-    }
+    // for them here. The dQ conversion is not let in early: its CTAs would wait on the
+    // SMs that sm_margin leaves to other work for the whole of this kernel.
+    if constexpr (kBwdPdl) arch::wait_grid_dependencies();
 
     QPipeline q_pipe{&smem.q_pipe};
     DoPipeline do_pipe{&smem.do_pipe};
