@@ -383,6 +383,17 @@ def test_cuda_backward_with_sinks_and_deterministic_repeats_bitwise():
         assert all(torch.equal(a, b) for a, b in zip(again, first))
 
 
+def test_build_info_names_the_varlen_backward_head_dims():
+    """The kernel head dims whose backward runs varlen calls: built ones, none without the
+    GPU varlen paths."""
+    info = fa3.build_info()
+    dims = info["gpu_varlen_backward_head_dims"]
+    assert all(isinstance(d, int) for d in dims)
+    assert set(dims) <= set(info["head_dims"])
+    if not info["gpu_varlen"]:
+        assert dims == []
+
+
 @needs_gpu_varlen
 def test_cuda_backward_of_other_head_dims_is_refused():
     others = [d for d in BUILT_HEAD_DIMS if d not in GPU_VARLEN_BWD_HEAD_DIMS]
