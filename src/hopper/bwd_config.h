@@ -101,21 +101,6 @@ inline constexpr bool kBwdPdl = true;
 inline constexpr bool kBwdPdl = false;
 #endif
 
-// Deterministic calls add a query block's dQ sums in a fixed order of key blocks, each
-// waiting for its turn and passing it on. The dQ warp passed it on at the end of the
-// step, after waiting for its sums to be complete in global memory: a round trip in
-// every step, which made a step wait for the turn, the adds and that round trip in
-// series, and cost causal calls more than half their speed (the tiles of one head
-// reach a query block one step apart). With kDqTurnLater (the build's
-// FA3_BWD_DQ_TURN_LATER, off until it has run on a GPU) the turn of a step's block is
-// passed on in the next step, after that step's adds are issued, when the earlier ones
-// are complete as a rule; the tile's last one at its end.
-#ifdef FA3_BWD_DQ_TURN_LATER
-inline constexpr bool kDqTurnLater = true;
-#else
-inline constexpr bool kDqTurnLater = false;
-#endif
-
 // Varlen calls: in a build with FA3_GPU_VARLEN (kVarlenKernels), the head dims of the
 // FA3_BWD_VARLEN_HEAD_DIMS list get a second instance of the general kernel that carries
 // the varlen paths (BwdConfig::varlen), which varlen calls of every mask run on

@@ -252,10 +252,6 @@ struct BwdKernel {
     const BwdParams& p = params.p;
     const int lane = threadIdx.x % 32;
     std::uint32_t phase = 0;
-    // kDqTurnLater (lane 0): the turn counter of the last step's block, whose sums may
-    // still be in flight, and the turn to pass on once they are complete.
-    int* held = nullptr;
-    int held_turn = 0;
     for (;;) {
       arch::mbarrier_wait(&smem.kv_full, phase);
       phase ^= 1u;
@@ -295,25 +291,9 @@ struct BwdKernel {
           for (int w = 0; w < Traits::kWGs; ++w) barrier_arrive(dq_empty_barrier(w), kDqBarrierThreads);
         }
         if (turn != nullptr && lane == 0) {
-          if constexpr (kDqTurnLater) {
-            // The earlier step's sums: all but this step's groups complete.
-            if (held != nullptr) {
-              arch::bulk_wait_complete_but<Traits::kDqSlices * Traits::kWGs>();
-              arch::publish_counter(held, held_turn);
-            }
-            held = turn;
-            held_turn = my_turn + 1;
-          } else {
-            arch::bulk_wait_complete();
-            arch::publish_counter(turn, my_turn + 1);
-          }
+          arch::bulk_wait_complete();
+          arch::publish_counter(turn, my_turn + 1);
         }
-      }
-      // The tile's last turn before its next tile, whose first may wait on it.
-      if (kDqTurnLater && held != nullptr && lane == 0) {
-        arch::bulk_wait_complete();
-        arch::publish_counter(held, held_turn);
-        held = nullptr;
       }
       if constexpr (kVarlen) arch::mbarrier_arrive(&smem.kv_empty);
     }

@@ -134,12 +134,6 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
-// The same for every group but the `kRecent` committed last.
-template <int kRecent>
-__device__ __forceinline__ void bulk_wait_complete_but() {
-  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kRecent) : "memory");
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-}
 
 // A global counter of the deterministic mode's ordered sums: wait until it reads
 // `value` (acquire), or publish a new value (release) once this thread's earlier writes
