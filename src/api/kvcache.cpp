@@ -26,7 +26,7 @@ Status hopper_device(const DeviceInfo** dev) {
 
 Status forward_with_kvcache(const KvCacheArgs& args, cudaStream_t stream) {
   KvCacheProblem problem;
-  FA3_RETURN_IF_ERROR(validate_kvcache(args, gpu_target(), &problem));
+  FA3_RETURN_IF_ERROR(validate_kvcache(args, gpu_kvcache_target(), &problem));
   const DeviceInfo* dev = nullptr;
   FA3_RETURN_IF_ERROR(hopper_device(&dev));
   hopper::KvCachePlan plan;
@@ -36,7 +36,7 @@ Status forward_with_kvcache(const KvCacheArgs& args, cudaStream_t stream) {
 }
 
 Status kvcache_workspace_size(const KvCacheArgs& args, std::size_t* bytes) {
-  ValidationTarget target = gpu_target();
+  ValidationTarget target = gpu_kvcache_target();
   target.locate = nullptr;
   target.kvcache_workspace = nullptr;
   KvCacheProblem problem;

@@ -80,6 +80,13 @@ ValidationTarget gpu_target() {
   return t;
 }
 
+ValidationTarget gpu_kvcache_target() {
+  ValidationTarget t = gpu_target();
+  t.dtypes = hopper::kvcache_dtypes();
+  t.head_dims = hopper::kvcache_head_dims();
+  return t;
+}
+
 ValidationTarget gpu_shape_target() {
   ValidationTarget t = gpu_target();
   t.locate = nullptr;

@@ -69,13 +69,16 @@ struct ValidationTarget {
 // targets' `locate`.
 std::string locate_device_pointer(const void* ptr);
 
-// The target of fa3::forward: the compiled kernels, on the current device.
 // The caller's scratch memory of a device call (BackwardArgs::workspace,
 // KvCacheArgs::workspace): `needed` bytes, 256-byte aligned, on the current device.
 Status check_caller_workspace(const void* workspace, std::size_t bytes, std::size_t needed, const char* size_query,
                               const ValidationTarget& target);
 
+// The target of fa3::forward: the compiled kernels, on the current device.
 ValidationTarget gpu_target();
+// The target of fa3::forward_with_kvcache: gpu_target with the dtypes and head dims of
+// the compiled KV-cache kernels, which a build may have without any forward kernel.
+ValidationTarget gpu_kvcache_target();
 // gpu_target's rules on shapes, dtypes and options only: where pointers live and the
 // workspace are not checked. For the queries asked before the buffers exist (the
 // workspace size, the tuning class).

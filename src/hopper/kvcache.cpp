@@ -123,6 +123,28 @@ bool kvcache_fp8_enabled() {
 
 bool kvcache_cluster_merge_enabled() { return kvcache_enabled() && kKvClusterMerge; }
 
+std::vector<DType> kvcache_dtypes() {
+  std::vector<DType> out;
+  for (const KvCacheKernel& k : kernels()) {
+    if (k.dtype != DType::kFloat8E4M3 && std::find(out.begin(), out.end(), k.dtype) == out.end()) {
+      out.push_back(k.dtype);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int> kvcache_head_dims() {
+  std::vector<int> out;
+  for (const KvCacheKernel& k : kernels()) {
+    if (k.dtype != DType::kFloat8E4M3 && std::find(out.begin(), out.end(), k.head_dim) == out.end()) {
+      out.push_back(k.head_dim);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int num_sms, KvCachePlan* plan) {
   const Problem& p = kp.attention;
   KvCachePlan out;

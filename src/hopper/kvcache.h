@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "api/validate_kvcache.h"
 #include "fa3/kvcache.h"
@@ -26,6 +27,12 @@ bool kvcache_fp8_enabled();
 // cluster a tile: the build's FA3_KVCACHE_CLUSTER_MERGE option, off until it has run on
 // a GPU (hopper/kvcache_config.h's kKvClusterMerge).
 bool kvcache_cluster_merge_enabled();
+
+// The 16-bit input dtypes and the Q/K head dims of the compiled KV-cache families (e4m3
+// ones not included: kvcache_fp8_enabled says whether they run), sorted: what
+// forward_with_kvcache's validation accepts, whatever forward kernels the build has.
+std::vector<DType> kvcache_dtypes();
+std::vector<int> kvcache_head_dims();
 
 // What one call runs and the workspace it needs, all pieces 256-byte aligned: q's
 // rotated copy (with a rotary embedding), and with more than one split merged by the

@@ -7,6 +7,7 @@
 // tensor lives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,8 +17,10 @@
 #include <vector>
 
 #include "../reference/kvcache_case.h"
+#include "api/validate.h"
 #include "api/validate_kvcache.h"
 #include "fa3/cpu.h"
+#include "hopper/kvcache.h"
 
 namespace fa3::testing {
 namespace {
@@ -260,6 +263,19 @@ TEST(KvCacheWorkspace, DeviceTargetChecksTheWorkspaceAfterEveryRule) {
   args.workspace_bytes = 0;
   st = validate_kvcache(args, kvcache_target(), &problem);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
+}
+
+// KV-cache calls are validated against the KV-cache kernels' dtypes and head dims, not
+// the forward kernels': a build of KV-cache kernels alone runs them (it refused every call
+// as "no GPU kernels were built" when it took the forward's lists).
+TEST(KvCacheWorkspace, DeviceTargetListsTheKvCacheKernels) {
+  const ValidationTarget t = gpu_kvcache_target();
+  EXPECT_EQ(t.dtypes, hopper::kvcache_dtypes());
+  EXPECT_EQ(t.head_dims, hopper::kvcache_head_dims());
+  EXPECT_TRUE(std::is_sorted(t.head_dims.begin(), t.head_dims.end()));
+  if (!hopper::kvcache_enabled()) GTEST_SKIP() << "no KV-cache kernels in this build (FA3_GPU_KVCACHE)";
+  EXPECT_FALSE(t.dtypes.empty());
+  EXPECT_FALSE(t.head_dims.empty());
 }
 
 struct CombineCall {
