@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +28,19 @@ namespace fa3::test {
 #define FA3_REQUIRE_HOPPER()                                                              \
   do {                                                                                    \
     if (!::fa3::current_device().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU (sm_90)"; \
+  } while (0)
+
+// Skips (reported as skipped) when the current device has fewer than `bytes` free: a
+// test of huge buffers on a smaller card (an H100's 80 GB) must not write through the
+// null pointers of allocations that failed, which breaks the context for every later test.
+#define FA3_REQUIRE_DEVICE_MEMORY(bytes)                                                  \
+  do {                                                                                    \
+    std::size_t free_ = 0, total_ = 0;                                                    \
+    FA3_CUDA_CHECK(cudaMemGetInfo(&free_, &total_));                                      \
+    if (free_ < static_cast<std::size_t>(bytes)) {                                        \
+      GTEST_SKIP() << "needs " << ((bytes) >> 30) << " GiB of device memory, "            \
+                   << (free_ >> 30) << " GiB free";                                       \
+    }                                                                                     \
   } while (0)
 
 class DeviceBuffer {

@@ -539,6 +539,11 @@ TEST(BwdGuards, OffsetsBeyond32Bits) {
   const std::int64_t rows = 256, heads = 2;
   const std::int64_t row_pad = ((std::int64_t{1} << 31) / (heads * c.head_dim)) + 8 - rows;
   const Layout far{0, row_pad, 0, false};
+  // Tensors of two such batches, 8 GiB each in 16 bits and 16 GiB in fp32: about 96 GiB
+  // in all, more than an H100's 80 GB (where the allocations failed and the writes through
+  // their null pointers broke every later test).
+  const std::int64_t tensor_bytes = 2 * (rows + row_pad) * heads * c.head_dim * 2;
+  FA3_REQUIRE_DEVICE_MEMORY(12 * tensor_bytes);
   BwdInputs in = make_inputs(c.dtype, {2, rows, rows, heads, heads}, c.head_dim, c.masks.back(), 5, false, far);
   EXPECT_GT(in.args.q.stride[0], std::int64_t{1} << 31);
   EXPECT_GT(in.args.dk.stride[0], std::int64_t{1} << 31);
