@@ -89,7 +89,7 @@ constexpr BwdConfig bwd_config(int head_dim) {
 }
 
 // The main kernel and the dQ conversion launch as programmatic dependents (the build's
-// FA3_BWD_PDL, off until it has run on a GPU). The preprocess lets the main kernel launch
+// FA3_BWD_PDL, off: docs/perf-log.md). The preprocess lets the main kernel launch
 // as soon as every preprocess CTA has started, so that the main kernel's CTAs take SMs
 // as the last preprocess CTAs leave them and set up their barriers meanwhile; the dQ
 // conversion launches as the main kernel's CTAs exit (no early trigger there: its CTAs

@@ -113,8 +113,8 @@ constexpr bool fp8_lean_softmax([[maybe_unused]] int head_dim) {
 // Whether the FP8 kernels transpose V themselves, tile by tile in shared memory (two
 // warps of the producer warpgroup, hopper/fwd_vt_transpose.cuh), instead of reading Vᵀ
 // from the caller's workspace, written by a pass over V before the kernel
-// (hopper/fp8_vt.h): only in a build with FA3_FP8_VT_SMEM, off until it has run on a GPU.
-// FP8 calls then need no workspace.
+// (hopper/fp8_vt.h): in a build with FA3_FP8_VT_SMEM (on by default). FP8 calls then
+// need no workspace.
 #ifdef FA3_FP8_VT_SMEM
 inline constexpr bool kFp8VtInSmem = true;
 #else

@@ -82,6 +82,19 @@ std::vector<FwdTile> preferred_tiles(const Problem& p, int head_dim) {
   return {};
 }
 
+// The same for FP8 kernels. Head dim 128's plain calls have a 128x224 tile beside
+// 128x128 (src/CMakeLists.txt's FA3_FP8_FWD_TILES_128): from 2k keys its wider blocks
+// spread each block's fixed cost over more scores (with the lean softmax, +3 to +22 %
+// over the 128x128 tile without it, on an H100), but rows of up to 1k keys are a few
+// blocks, padded to 224, and ran 22 % (512) and 3 % (1k) slower (docs/perf-log.md).
+// Calls with block scales never see the wide tile.
+std::vector<FwdTile> preferred_fp8_tiles(const Problem& p, int head_dim) {
+  if (head_dim == 128 && fwd_mask_kind(p, head_dim, true) == MaskKind::kPlain && p.seqlen_k <= 1024) {
+    return {{128, 128}};
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string FwdKernelEntry::name() const {
@@ -157,9 +170,11 @@ std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype,
       out.push_back(&k);
     }
   }
-  // The measurements behind the preferences are of equal head dims and 16-bit inputs.
-  const bool measured = dims.qk == dims.v && dtype != DType::kFloat8E4M3;
-  const std::vector<FwdTile> order = measured ? preferred_tiles(p, dims.qk) : std::vector<FwdTile>{};
+  // The measurements behind the preferences are of equal head dims.
+  const bool fp8 = dtype == DType::kFloat8E4M3;
+  const std::vector<FwdTile> order = dims.qk != dims.v ? std::vector<FwdTile>{}
+                                     : fp8             ? preferred_fp8_tiles(p, dims.qk)
+                                                       : preferred_tiles(p, dims.qk);
   auto rank = [&](const FwdKernelEntry* k) {
     const auto it = std::find_if(order.begin(), order.end(), [&](FwdTile t) {
       return t.block_m == k->tile.block_m && t.block_n == k->tile.block_n &&

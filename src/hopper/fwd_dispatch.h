@@ -79,8 +79,8 @@ FwdParams make_fwd_params(const Problem& p, const ForwardArgs& args, int num_sms
 // when none was built. run_forward takes wider ones, up to 512, in column slices.
 int fwd_widest_head_dim_v(bool fp8);
 
-// Whether the FP8 kernels transpose V in shared memory (the build's FA3_FP8_VT_SMEM, off
-// until it has run on a GPU; hopper/fwd_config.h's kFp8VtInSmem): TMA then reads an e4m3
+// Whether the FP8 kernels transpose V in shared memory (the build's FA3_FP8_VT_SMEM, on
+// by default; hopper/fwd_config.h's kFp8VtInSmem): TMA then reads an e4m3
 // V, whose strides must suit it, and FP8 calls need no workspace.
 bool fwd_fp8_vt_in_smem();
 

@@ -24,8 +24,8 @@ bool kvcache_enabled();
 bool kvcache_fp8_enabled();
 
 // Whether calls of 2 to kMaxKvClusterSplits splits merge them inside the kernel, one
-// cluster a tile: the build's FA3_KVCACHE_CLUSTER_MERGE option, off until it has run on
-// a GPU (hopper/kvcache_config.h's kKvClusterMerge).
+// cluster a tile: the build's FA3_KVCACHE_CLUSTER_MERGE option, off (measured slower at
+// batch 8: docs/perf-log.md; hopper/kvcache_config.h's kKvClusterMerge).
 bool kvcache_cluster_merge_enabled();
 
 // The 16-bit input dtypes and the Q/K head dims of the compiled KV-cache families (e4m3

@@ -63,7 +63,8 @@ constexpr int kMaxKvSplits = 128;
 // Whether a call of 2 to kMaxKvClusterSplits splits merges them inside the kernel: the
 // splits of a tile run as one cluster of CTAs, which combine their rows through
 // distributed shared memory, with no partial results in the workspace and no merge
-// kernel after (the build's FA3_KVCACHE_CLUSTER_MERGE, off until it has run on a GPU).
+// kernel after (the build's FA3_KVCACHE_CLUSTER_MERGE, off: measured slower at batch 8, level
+// elsewhere, docs/perf-log.md).
 #ifdef FA3_KVCACHE_CLUSTER_MERGE
 inline constexpr bool kKvClusterMerge = true;
 #else

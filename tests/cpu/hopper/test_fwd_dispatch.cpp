@@ -269,6 +269,31 @@ TEST(FwdDispatch, E4m3CallsRunTheFp8KernelsOfTheirOutDtype) {
 // query block and once per key block: calls with them run only on tiles whose blocks
 // divide 128 (not on a wider FP8 tile such as FlashAttention-3's 128x224 or 192x160,
 // FA3_FP8_FWD_TILES_<hdim>); calls without them may run on any tile of the build.
+// FP8 head dim 128: plain calls take the 128x224 tile from 1025 keys on and 128x128 on
+// shorter rows (measured: docs/perf-log.md); calls with block scales always 128x128.
+TEST(FwdDispatch, Fp8HeadDim128TileFollowsKeyLength) {
+  bool wide = false, square = false;
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (k.dtype != DType::kFloat8E4M3 || k.out_dtype != DType::kBFloat16 || k.head_dim != 128) continue;
+    if (k.mask != MaskKind::kPlain) continue;
+    wide = wide || k.name() == "128x224";
+    square = square || k.name() == "128x128";
+  }
+  if (!wide || !square) GTEST_SKIP() << "FP8 head dim 128's plain tiles 128x224 and 128x128 not both built";
+  const auto fp8_first = [](bool causal, std::int64_t seqlen_q, std::int64_t seqlen_k, bool block_scales) {
+    Problem p = problem(128, causal, seqlen_q, seqlen_k);
+    p.fp8_block_scales = block_scales;
+    const std::vector<const FwdKernelEntry*> c = fwd_candidates(p, DType::kFloat8E4M3, DType::kBFloat16);
+    return c.empty() ? std::string("(none)") : c.front()->name();
+  };
+  EXPECT_EQ(fp8_first(false, 512, 512, false), "128x128");
+  EXPECT_EQ(fp8_first(false, 4096, 1024, false), "128x128");
+  EXPECT_EQ(fp8_first(false, 1024, 1025, false), "128x224");
+  EXPECT_EQ(fp8_first(false, 4096, 4096, false), "128x224");
+  EXPECT_EQ(fp8_first(false, 4096, 4096, true), "128x128");
+  EXPECT_EQ(fp8_first(true, 4096, 4096, false), "128x128");
+}
+
 TEST(FwdDispatch, Fp8BlockScalesRunOnTilesWhoseBlocksDivideTheirRows) {
   const auto entry = [](int block_m, int block_n) {
     FwdKernelEntry k{};
