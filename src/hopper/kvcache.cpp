@@ -123,27 +123,26 @@ bool kvcache_fp8_enabled() {
 
 bool kvcache_cluster_merge_enabled() { return kvcache_enabled() && kKvClusterMerge; }
 
-std::vector<DType> kvcache_dtypes() {
-  std::vector<DType> out;
+namespace {
+
+// A field's distinct values over the 16-bit families, sorted.
+template <class T>
+std::vector<T> sixteen_bit_family_values(T KvCacheKernel::*field) {
+  std::vector<T> out;
   for (const KvCacheKernel& k : kernels()) {
-    if (k.dtype != DType::kFloat8E4M3 && std::find(out.begin(), out.end(), k.dtype) == out.end()) {
-      out.push_back(k.dtype);
+    if (k.dtype != DType::kFloat8E4M3 && std::find(out.begin(), out.end(), k.*field) == out.end()) {
+      out.push_back(k.*field);
     }
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-std::vector<int> kvcache_head_dims() {
-  std::vector<int> out;
-  for (const KvCacheKernel& k : kernels()) {
-    if (k.dtype != DType::kFloat8E4M3 && std::find(out.begin(), out.end(), k.head_dim) == out.end()) {
-      out.push_back(k.head_dim);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+}  // namespace
+
+std::vector<DType> kvcache_dtypes() { return sixteen_bit_family_values(&KvCacheKernel::dtype); }
+
+std::vector<int> kvcache_head_dims() { return sixteen_bit_family_values(&KvCacheKernel::head_dim); }
 
 Status plan_kvcache(const KvCacheProblem& kp, DType dtype, int num_splits, int num_sms, KvCachePlan* plan) {
   const Problem& p = kp.attention;
