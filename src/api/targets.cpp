@@ -60,6 +60,7 @@ ValidationTarget gpu_target() {
   // kernels read one block scale per 128-row tile (fa3/attention.h's Fp8Args).
   t.supports_fp8 = hopper::fwd_fp8_enabled();
   t.fp8_block_rows = hopper::kFp8BlockRows;
+  t.fp8_head_dims = hopper::fwd_fp8_head_dims();
   // And varlen e4m3 calls where the build switches them on (hopper::fwd_fp8_varlen_enabled).
   t.supports_fp8_varlen = hopper::fwd_fp8_varlen_enabled();
   t.fp8_v_by_tma = hopper::fwd_fp8_vt_in_smem();

@@ -188,10 +188,12 @@ Status check_dtype_and_head_dims(const TensorView& q, const TensorView& v, const
                        "; supported: " + join(target.dtypes));
   }
   const std::int64_t d = head_dim_of(q);
-  const bool any = target.head_dims.empty();
-  const int largest = any ? target.max_head_dim : *std::max_element(target.head_dims.begin(), target.head_dims.end());
+  const std::vector<int>& dims =
+      fp8_forward && !target.fp8_head_dims.empty() ? target.fp8_head_dims : target.head_dims;
+  const bool any = dims.empty();
+  const int largest = any ? target.max_head_dim : *std::max_element(dims.begin(), dims.end());
   if (d > largest) {
-    const std::string built = any ? "" : " (kernels built for head dims " + join(target.head_dims) + ")";
+    const std::string built = any ? "" : " (kernels built for head dims " + join(dims) + ")";
     return unsupported(cat("q: head dim ", d, " is not supported; supported: 1 to ", largest, built));
   }
   if (head_dim_of(v) > target.max_head_dim_v) {

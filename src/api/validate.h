@@ -39,6 +39,9 @@ struct ValidationTarget {
   // Fp8Args::block_rows it takes with block scales.
   bool supports_fp8 = false;
   int fp8_block_rows = 0;
+  // The head dims the e4m3 kernels were built for, in head_dims' sense; empty: those of
+  // head_dims.
+  std::vector<int> fp8_head_dims;
   bool supports_fp8_varlen = false;   // e4m3 inputs in a varlen call too
   // e4m3 v is read by TMA (its base and strides 16-byte multiples), not element-wise by
   // a transpose into the workspace: FP8 kernels that transpose V in shared memory.

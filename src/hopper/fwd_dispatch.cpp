@@ -34,6 +34,16 @@ namespace {
 }
 bool is_fp8(const FwdKernelEntry& k) { return k.dtype == DType::kFloat8E4M3; }
 
+// The Q/K head dims of the e4m3 kernels (fp8) or of the 16-bit ones, ascending.
+std::vector<int> head_dims_of_family(bool fp8) {
+  std::vector<int> out;
+  for (const FwdKernelEntry& k : fwd_kernels()) {
+    if (is_fp8(k) == fp8 && std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // The kernel family that runs a call on the kernels of QK head dim `head_dim` (FP8 ones
 // with `fp8`): its mask kind's, except that a varlen call needs a family that carries the
 // varlen paths, the general one where the tuned plain and causal kernels do not
@@ -137,14 +147,9 @@ std::vector<DType> fwd_dtypes() {
   return out;
 }
 
-std::vector<int> fwd_head_dims() {
-  std::vector<int> out;
-  for (const FwdKernelEntry& k : fwd_kernels()) {
-    if (!is_fp8(k) && std::find(out.begin(), out.end(), k.head_dim) == out.end()) out.push_back(k.head_dim);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<int> fwd_head_dims() { return head_dims_of_family(false); }
+
+std::vector<int> fwd_fp8_head_dims() { return head_dims_of_family(true); }
 
 HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv) { return fwd_kernel_head_dims(d, dv, false); }
 

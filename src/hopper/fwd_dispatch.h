@@ -39,6 +39,9 @@ const std::vector<FwdKernelEntry>& fwd_kernels();
 // dim or not), of the 16-bit kernels (the FP8 ones are fwd_fp8_enabled's).
 std::vector<DType> fwd_dtypes();
 std::vector<int> fwd_head_dims();
+// The Q/K head dims of the e4m3 kernels, which a build may have at other head dims
+// than its 16-bit ones (or without any of those).
+std::vector<int> fwd_fp8_head_dims();
 
 // The compiled (Q/K, V) head dims that run head dims (d, dv): of the kernels at
 // least that wide in both, the narrowest in all (a kernel for a separate V head dim,

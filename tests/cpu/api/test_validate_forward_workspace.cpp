@@ -114,6 +114,26 @@ TEST(ValidateForwardWorkspace, Fp8KernelsAloneRunFp8Calls) {
   EXPECT_EQ(validate_forward(a, t, &p).message(), "no GPU kernels were built into this library");
 }
 
+// e4m3 calls are held to the FP8 kernels' head dims, which a build may have beside
+// 16-bit kernels of others (a head dim 128 e4m3 call, 16-bit kernels at 64 only).
+TEST(ValidateForwardWorkspace, Fp8CallsTakeTheFp8KernelsHeadDims) {
+  ValidFp8Args valid;
+  HostBuffer workspace(kWorkspaceBytes);
+  ForwardArgs a = fp8_args(valid);
+  a.workspace = workspace.data();
+  a.workspace_bytes = kWorkspaceBytes;
+  ValidationTarget t = workspace_target();
+  t.head_dims = {64};
+  t.fp8_head_dims = {128, 256};
+  Problem p;
+  const Status s = validate_forward(a, t, &p);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  t.fp8_head_dims = {64};
+  const Status refused = validate_forward(a, t, &p);
+  EXPECT_EQ(refused.code(), StatusCode::kNotSupported);
+  EXPECT_EQ(refused.message(), "q: head dim 128 is not supported; supported: 1 to 64 (kernels built for head dims 64)");
+}
+
 TEST(ValidateForwardWorkspace, AskedOfTheResolvedProblemAndDtype) {
   ValidFp8Args valid;
   HostBuffer workspace(kWorkspaceBytes);
