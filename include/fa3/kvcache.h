@@ -41,9 +41,8 @@
 // inputs (kInvalidArgument, naming them). fa3::cpu computes such a call with the FP8
 // forward's numerics (fa3/attention.h). forward_with_kvcache runs it on e4m3 KV-cache
 // kernels (the codes converted to fp16, exactly, for fp16 GEMMs; P in fp16) in a build
-// with FA3_GPU_FP8_KVCACHE (BuildInfo::gpu_fp8_kvcache, off until they have run on a
-// GPU) and refuses it otherwise (kNotSupported, naming q); head dims there are multiples
-// of 16.
+// with FA3_GPU_FP8_KVCACHE (BuildInfo::gpu_fp8_kvcache, on by default) and refuses it
+// otherwise (kNotSupported, naming q); head dims there are multiples of 16.
 //
 // Split KV. num_splits only steers how the GPU divides the keys; the result never
 // depends on it, and fa3::cpu ignores it. scheduler_metadata (get_scheduler_metadata's)

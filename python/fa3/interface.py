@@ -381,8 +381,8 @@ def flash_attn_with_kvcache(
     float32 (batch, nheads_k) as in FlashAttention-3, give out in bfloat16; new rows are
     appended as the codes they are (quantized with the cache's scales); no rotary
     embedding. CUDA tensors in a build with FA3_GPU_FP8_KVCACHE
-    (fa3.build_info()["gpu_fp8_kvcache"], off until its kernels have run on a GPU; otherwise
-    NotImplementedError naming q).
+    (fa3.build_info()["gpu_fp8_kvcache"], on by default; otherwise NotImplementedError
+    naming q).
 
     Runs on CPU tensors (fa3's CPU path), and on CUDA tensors in a build with the GPU
     KV-cache path (fa3.build_info()["gpu_kvcache"], the FA3_GPU_KVCACHE option; otherwise

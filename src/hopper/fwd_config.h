@@ -69,7 +69,7 @@ inline constexpr bool kVarlenKernels = false;
 #endif
 
 // Whether varlen calls with e4m3 inputs run on the FP8 kernels: only in a build with
-// FA3_GPU_FP8_VARLEN (which needs FA3_GPU_VARLEN), off until they have run on a GPU.
+// FA3_GPU_FP8_VARLEN (which needs FA3_GPU_VARLEN; on by default).
 #ifdef FA3_GPU_FP8_VARLEN
 inline constexpr bool kFp8VarlenKernels = kVarlenKernels;
 #else
@@ -101,13 +101,13 @@ constexpr bool fwd_carries_varlen(int head_dim, bool general_mask, bool fp8 = fa
 // Read from SASS: the hdim 128 kernel's step without a mask issued about 9.3
 // instructions per score, one multiply for k's scale and one for O's rescale among them,
 // where FlashAttention-3's FP8 kernel issues 6.1 (docs/perf-log.md).
+// The build passes the list as FA3_FP8_LEAN_HEAD_DIM_BITS, bit d / 32 for head dim d.
 constexpr bool fp8_lean_softmax([[maybe_unused]] int head_dim) {
-#ifdef FA3_FP8_LEAN_HEAD_DIMS
-  for (int d : {FA3_FP8_LEAN_HEAD_DIMS}) {
-    if (d == head_dim) return true;
-  }
-#endif
+#ifdef FA3_FP8_LEAN_HEAD_DIM_BITS
+  return head_dim % 32 == 0 && head_dim <= 256 && ((FA3_FP8_LEAN_HEAD_DIM_BITS >> (head_dim / 32)) & 1) != 0;
+#else
   return false;
+#endif
 }
 
 // Whether the FP8 kernels transpose V themselves, tile by tile in shared memory (two

@@ -62,8 +62,8 @@ HeadDims fwd_kernel_head_dims(std::int64_t d, std::int64_t dv, bool fp8);
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype, DType out_dtype);
 std::vector<const FwdKernelEntry*> fwd_candidates(const Problem& p, DType dtype);
 
-// Whether varlen calls run on the forward kernels: the build's FA3_GPU_VARLEN option,
-// off until the varlen path has passed its GPU tests (tests/gpu/hopper/test_fwd_varlen.cpp).
+// Whether varlen calls run on the forward kernels: the build's FA3_GPU_VARLEN option (on
+// by default; tests/gpu/hopper/test_fwd_varlen.cpp).
 bool fwd_varlen_enabled();
 
 // Whether e4m3 (FP8) calls run on the FP8 forward kernels: the build's FA3_GPU_FP8
@@ -71,7 +71,7 @@ bool fwd_varlen_enabled();
 bool fwd_fp8_enabled();
 
 // Whether varlen calls with e4m3 inputs run on them too: the build's FA3_GPU_FP8_VARLEN
-// option, off until they have run on a GPU (tests/gpu/hopper/test_fwd_fp8_varlen.cpp).
+// option (on by default; tests/gpu/hopper/test_fwd_fp8_varlen.cpp).
 bool fwd_fp8_varlen_enabled();
 
 // Builds FwdParams from validated arguments; `num_sms` bounds the persistent grid.

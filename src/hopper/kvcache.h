@@ -19,8 +19,8 @@ namespace fa3::hopper {
 // by default; tests/gpu/hopper/test_kvcache.cpp).
 bool kvcache_enabled();
 
-// Whether it runs e4m3 calls too: the build's FA3_GPU_FP8_KVCACHE option, off until its
-// kernels have run on a GPU (tests/gpu/hopper/test_kvcache.cpp's FP8 cases).
+// Whether it runs e4m3 calls too: the build's FA3_GPU_FP8_KVCACHE option (on by default;
+// tests/gpu/hopper/test_kvcache.cpp's FP8 cases).
 bool kvcache_fp8_enabled();
 
 // Whether calls of 2 to kMaxKvClusterSplits splits merge them inside the kernel, one

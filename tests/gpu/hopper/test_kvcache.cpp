@@ -430,6 +430,17 @@ std::vector<KvCase> fp8_cases() {
     c.options.softcap = 5.f;
     all.push_back(c);
   }
+  {
+    KvCase c = make("fp8_hdim256_paged64_append", 16, 2, 1, 256, 256);
+    c.page_size = 64;
+    c.seqlen_new = 1;
+    all.push_back(c);
+  }
+  {
+    KvCase c = make("fp8_seqlen5_causal_hdim192_128", 16, 4, 5, 192, 128);
+    c.options.causal = true;
+    all.push_back(c);
+  }
   for (KvCase& c : all) c.dtype = DType::kFloat8E4M3;
   return all;
 }
