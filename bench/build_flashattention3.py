@@ -3,14 +3,15 @@ yardstick that `bench_attention.py --impls flashattention3` times beside fa3 in 
 process. Nothing of it enters fa3: the build goes to its own directory.
 
     python bench/build_flashattention3.py --source PATH/flash-attention \\
-        --cutlass CUTLASS_INCLUDE_DIR --out DIR [--head-dims 64 128 256] [--mha-only] [--fp8]
+        --cutlass CUTLASS_INCLUDE_DIR --out DIR [--head-dims 64 128 256] [--mha-only] [--fp8] [--forward-only]
     PYTHONPATH=DIR/pkg python bench/bench_attention.py --passes bwd --impls fa3 flashattention3
 
 Only what the sweep runs is compiled: bf16, the head dims asked for, forward and
 backward, without FP8, fp16, varlen, paged KV, split KV, local windows, softcap, packed
 GQA, clusters and the SM8x kernels (its own DISABLE switches). --fp8 adds its e4m3
 forward at the same head dims (for bench_attention.py --dtypes e4m3 --fp8-scales
-descales). --mha-only also leaves out
+descales). --forward-only leaves out its backward (its own DISABLE_BACKWARD switch), for
+forward-only comparisons such as FP8's. --mha-only also leaves out
 the backward's GQA and deterministic instances, three quarters of the backward's kernels
 (the sweep is MHA and non-deterministic); a source whose switches are not found is built
 whole, with a warning. The CUTLASS headers are any recent 3.x/4.x include directory
@@ -49,30 +50,34 @@ MHA_ONLY_SWITCHES = (
 )
 
 
-def disabled_macros(head_dims, fp8=False):
+def disabled_macros(head_dims, fp8=False, forward_only=False):
     """The FLASHATTENTION_DISABLE_* macros of a build for `head_dims` (with its FP8
-    forward: `fp8`)."""
+    forward: `fp8`; without its backward: `forward_only`)."""
     macros = ["FLASHATTENTION_DISABLE_" + name for name in UNUSED if not (fp8 and name == "FP8")]
+    if forward_only:
+        macros.append("FLASHATTENTION_DISABLE_BACKWARD")
     macros += [f"FLASHATTENTION_DISABLE_HDIM{h}" for h in HEAD_DIMS if h not in head_dims]
     return macros
 
 
-def config_module(head_dims, fp8=False):
+def config_module(head_dims, fp8=False, forward_only=False):
     """Text of the flash_attn_config module its interface imports (its setup.py writes
     one): which switches the build was made with."""
-    off = set(disabled_macros(head_dims, fp8))
+    off = set(disabled_macros(head_dims, fp8, forward_only))
     flags = {f"FLASHATTENTION_DISABLE_{name}": f"FLASHATTENTION_DISABLE_{name}" in off for name in CONFIG_SWITCHES}
     flags["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] = True
     flags["FLASH_ATTENTION_DISABLE_HDIMDIFF192"] = True
     return f"CONFIG = {{'build_flags': {flags!r}}}\n"
 
 
-def sources(src, head_dims, fp8=False):
-    """Translation units: the binding, the scheduler's, and one forward and one backward
-    unit per head dim (bf16, Hopper), and with `fp8` an e4m3 forward unit per head dim."""
+def sources(src, head_dims, fp8=False, forward_only=False):
+    """Translation units: the binding, the scheduler's, and one forward and (unless
+    `forward_only`) one backward unit per head dim (bf16, Hopper), and with `fp8` an e4m3
+    forward unit per head dim."""
     units = [src / "flash_api_stable.cpp", src / "flash_prepare_scheduler.cu"]
+    passes = ("fwd",) if forward_only else ("fwd", "bwd")
     for h in head_dims:
-        units += [src / "instantiations" / f"flash_{d}_hdim{h}_bf16_sm90.cu" for d in ("fwd", "bwd")]
+        units += [src / "instantiations" / f"flash_{d}_hdim{h}_bf16_sm90.cu" for d in passes]
         if fp8:
             units.append(src / "instantiations" / f"flash_fwd_hdim{h}_e4m3_sm90.cu")
     return units
@@ -95,6 +100,7 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256], choices=HEAD_DIMS)
     parser.add_argument("--mha-only", action="store_true", help="no GQA or deterministic backward instances")
     parser.add_argument("--fp8", action="store_true", help="also its e4m3 forward at the same head dims")
+    parser.add_argument("--forward-only", action="store_true", help="no backward kernels")
     args = parser.parse_args(argv)
     if not (args.source / "hopper" / "flash_api_stable.cpp").is_file():
         parser.error(f"--source: no hopper/flash_api_stable.cpp under {args.source}")
@@ -120,16 +126,16 @@ def main(argv=None):
     pkg = args.out / "pkg"
     (pkg / "flash_attn_3").mkdir(parents=True, exist_ok=True)
     (pkg / "flash_attn_3" / "__init__.py").write_text("")
-    (pkg / "flash_attn_config.py").write_text(config_module(head_dims, args.fp8))
+    (pkg / "flash_attn_config.py").write_text(config_module(head_dims, args.fp8, args.forward_only))
     shutil.copy(src / "flash_attn_interface.py", pkg / "flash_attn_interface.py")
 
     from torch.utils.cpp_extension import load
 
-    defines = ["-D" + m for m in disabled_macros(head_dims, args.fp8)]
+    defines = ["-D" + m for m in disabled_macros(head_dims, args.fp8, args.forward_only)]
     build = args.out / "build"
     build.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    load(name="_C", sources=[str(s) for s in sources(src, head_dims, args.fp8)], extra_cflags=CXX_FLAGS + defines,
+    load(name="_C", sources=[str(s) for s in sources(src, head_dims, args.fp8, args.forward_only)], extra_cflags=CXX_FLAGS + defines,
          extra_cuda_cflags=NVCC_FLAGS + defines, extra_include_paths=[str(src), str(args.cutlass)],
          build_directory=str(build), is_python_module=False, verbose=True)
     shutil.copy(build / "_C.so", pkg / "flash_attn_3" / "_C.so")

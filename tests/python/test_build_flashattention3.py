@@ -17,7 +17,7 @@ def test_only_unasked_head_dims_are_disabled():
     assert "FLASHATTENTION_DISABLE_HDIM128" in macros
     assert "FLASHATTENTION_DISABLE_HDIM96" in macros and "FLASHATTENTION_DISABLE_HDIM192" in macros
     assert "FLASHATTENTION_DISABLE_HDIM64" not in macros and "FLASHATTENTION_DISABLE_HDIM256" not in macros
-    # The backward itself is never switched off: it is what the sweep compares.
+    # The backward is switched off only when asked: it is what the sweep compares.
     assert "FLASHATTENTION_DISABLE_BACKWARD" not in macros
     assert "FLASHATTENTION_DISABLE_FP8" in macros and "FLASHATTENTION_DISABLE_VARLEN" in macros
 
@@ -57,6 +57,18 @@ def test_fp8_adds_an_e4m3_forward_unit_per_head_dim_and_keeps_fp8_on(tmp_path):
     namespace = {}
     exec(build.config_module([128], fp8=True), namespace)
     assert namespace["CONFIG"]["build_flags"]["FLASHATTENTION_DISABLE_FP8"] is False
+
+
+def test_forward_only_drops_the_backward_units_and_switches_it_off(tmp_path):
+    units = [p.relative_to(tmp_path).as_posix() for p in build.sources(tmp_path, [128], fp8=True, forward_only=True)]
+    assert units[2:] == [
+        "instantiations/flash_fwd_hdim128_bf16_sm90.cu",
+        "instantiations/flash_fwd_hdim128_e4m3_sm90.cu",
+    ]
+    assert "FLASHATTENTION_DISABLE_BACKWARD" in build.disabled_macros([128], forward_only=True)
+    namespace = {}
+    exec(build.config_module([128], forward_only=True), namespace)
+    assert namespace["CONFIG"]["build_flags"]["FLASHATTENTION_DISABLE_BACKWARD"] is True
 
 
 STAND_IN = """#pragma once
