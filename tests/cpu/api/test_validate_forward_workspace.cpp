@@ -79,6 +79,17 @@ ForwardArgs fp8_args(const ValidFp8Args& valid) {
   return a;
 }
 
+// fp8_args with a workspace of kWorkspaceBytes.
+struct Fp8Call {
+  ValidFp8Args valid;
+  HostBuffer workspace{kWorkspaceBytes};
+  ForwardArgs args;
+  Fp8Call() : args(fp8_args(valid)) {
+    args.workspace = workspace.data();
+    args.workspace_bytes = kWorkspaceBytes;
+  }
+};
+
 class ForwardWorkspaceRule : public ::testing::TestWithParam<Case> {};
 TEST_P(ForwardWorkspaceRule, IsRejectedWithItsMessage) {
   ValidFp8Args valid;
@@ -96,11 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Workspace, ForwardWorkspaceRule, ::testing::ValuesIn(wo
 // A build whose only forward kernels are FP8 ones (no 16-bit dtype listed) runs e4m3
 // calls and refuses 16-bit ones as a build without kernels.
 TEST(ValidateForwardWorkspace, Fp8KernelsAloneRunFp8Calls) {
-  ValidFp8Args valid;
-  HostBuffer workspace(kWorkspaceBytes);
-  ForwardArgs a = fp8_args(valid);
-  a.workspace = workspace.data();
-  a.workspace_bytes = kWorkspaceBytes;
+  Fp8Call call;
+  ForwardArgs& a = call.args;
   ValidationTarget t = workspace_target();
   t.dtypes.clear();
   t.head_dims.clear();
@@ -117,11 +125,8 @@ TEST(ValidateForwardWorkspace, Fp8KernelsAloneRunFp8Calls) {
 // e4m3 calls are held to the FP8 kernels' head dims, which a build may have beside
 // 16-bit kernels of others (a head dim 128 e4m3 call, 16-bit kernels at 64 only).
 TEST(ValidateForwardWorkspace, Fp8CallsTakeTheFp8KernelsHeadDims) {
-  ValidFp8Args valid;
-  HostBuffer workspace(kWorkspaceBytes);
-  ForwardArgs a = fp8_args(valid);
-  a.workspace = workspace.data();
-  a.workspace_bytes = kWorkspaceBytes;
+  Fp8Call call;
+  ForwardArgs& a = call.args;
   ValidationTarget t = workspace_target();
   t.head_dims = {64};
   t.fp8_head_dims = {128, 256};
@@ -135,12 +140,9 @@ TEST(ValidateForwardWorkspace, Fp8CallsTakeTheFp8KernelsHeadDims) {
 }
 
 TEST(ValidateForwardWorkspace, AskedOfTheResolvedProblemAndDtype) {
-  ValidFp8Args valid;
-  HostBuffer workspace(kWorkspaceBytes);
-  ForwardArgs a = fp8_args(valid);
+  Fp8Call call;
+  ForwardArgs& a = call.args;
   a.options.causal = true;
-  a.workspace = workspace.data();
-  a.workspace_bytes = kWorkspaceBytes;
   Problem asked;
   DType asked_dtype = DType::kFloat32;
   ValidationTarget t = workspace_target();
