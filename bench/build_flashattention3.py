@@ -135,7 +135,8 @@ def main(argv=None):
     build = args.out / "build"
     build.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    load(name="_C", sources=[str(s) for s in sources(src, head_dims, args.fp8, args.forward_only)], extra_cflags=CXX_FLAGS + defines,
+    units = sources(src, head_dims, args.fp8, args.forward_only)
+    load(name="_C", sources=[str(s) for s in units], extra_cflags=CXX_FLAGS + defines,
          extra_cuda_cflags=NVCC_FLAGS + defines, extra_include_paths=[str(src), str(args.cutlass)],
          build_directory=str(build), is_python_module=False, verbose=True)
     shutil.copy(build / "_C.so", pkg / "flash_attn_3" / "_C.so")
