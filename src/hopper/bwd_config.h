@@ -45,6 +45,12 @@ struct BwdConfig {
   // step. Measured per head dim (docs/perf-log.md): kept where it was faster.
   bool uniform_slices = false;
   bool varlen = false;  // carries the varlen paths (see the end of this file); set by launch_bwd
+  // The dQ slice (0 .. dq_slices - 1) that leaves by red from the consumers' registers
+  // instead of through the staging buffer and the dQ warp's bulk reduce-add; -1: none.
+  // The staged slices' reads then have the rest of the step to finish before the
+  // buffer is written again, where one slice after another waited for the last one's.
+  // Deterministic calls stage every slice (their ordered sums are the dQ warp's).
+  int dq_red_slice = -1;
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   constexpr int consumer_threads() const { return 128 * consumer_wgs; }
@@ -83,8 +89,10 @@ constexpr BwdConfig bwd_config(int head_dim) {
     case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240, true};
     case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160, false, true};
     // dK and dV hold 160 registers per thread here; dQ's 64 more spilled 500 bytes, so
-    // dQ goes in two halves of the head dim, 32 registers each.
-    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240, false, true};
+    // dQ goes in two halves of the head dim, 32 registers each. The first half leaves by
+    // red while dK's GEMM runs, the second through the staging buffer: staged one after
+    // the other, the second waited for the first's reads (docs/perf-log.md).
+    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240, false, true, false, 0};
   }
 }
 

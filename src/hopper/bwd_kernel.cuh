@@ -5,7 +5,8 @@
 //
 // Warpgroup 0 is the producer: warp 0 picks tiles and issues every load; warp 1 (the
 // dQ warp) adds each step's dQ partial sums, staged in shared memory, to the global
-// accumulator by bulk reduce-add. Warpgroups 1.. are consumers (hopper/bwd_mainloop.cuh).
+// accumulator by bulk reduce-add (all but the slice BwdConfig::dq_red_slice names,
+// which the consumers add by red). Warpgroups 1.. are consumers (hopper/bwd_mainloop.cuh).
 // Handshakes:
 //   K, V : one buffer each. The producer writes the tile's coordinates into `tile`,
 //          then arms kv_full with K's and V's TMA loads; n_block -1 (armed with no load)
@@ -275,6 +276,7 @@ struct BwdKernel {
         }
         CUTE_UNROLL
         for (int slice = 0; slice < Traits::kDqSlices; ++slice) {
+          if (by_red(p, slice)) continue;
           CUTE_UNROLL
           for (int w = 0; w < Traits::kWGs; ++w) {
             barrier_sync(dq_full_barrier(w), kDqBarrierThreads);
@@ -330,11 +332,20 @@ struct BwdKernel {
       cute::clear(tdKrdK);
       cute::clear(tdVrdV);
       const BlockRange range = query_range<Traits>(tile_mask<Traits>(mask, smem), n_block);
+      // The dQ accumulator's block of the tile's query block 0, for the slice added by red.
+      const std::int64_t first_q_block =
+          Traits::kDqRedSlice >= 0
+              ? q_block_index<Traits::kBlockM, kVarlen>(params.p, tile.batch, tile.head, slot_seq(params, smem), 0)
+              : 0;
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV, [&](auto& dq, int slice) {
-          store_dq(smem, tid, dq, slice, staged);
-          staged = false;
+          if (by_red(params.p, slice)) {
+            add_dq_red(params.p, first_q_block + m, tid, dq, slice);
+          } else {
+            store_dq(smem, tid, dq, slice, staged, by_red(params.p, 0) ? 1 : 0);
+            staged = false;
+          }
         });
       }
       if constexpr (Traits::kOverlapTileSwitch) {
@@ -348,21 +359,28 @@ struct BwdKernel {
     }
   }
 
+  // Whether slice `slice` of a step's dQ leaves by red from registers
+  // (BwdConfig::dq_red_slice): not in deterministic mode, whose ordered sums the dQ
+  // warp makes.
+  __device__ static bool by_red(const BwdParams& p, int slice) {
+    return slice == Traits::kDqRedSlice && !p.deterministic;
+  }
+
   // Hands a step's dQ partial sums on (slice `slice` of Traits::kDqSlices) to the dQ
   // warp, through this warpgroup's part of the staging buffer. Four consecutive values
   // per thread, threads interleaved: the order of the accumulator too
   // (hopper/bwd_workspace.h).
   // `held`: this warpgroup holds the part's turn already (the tile's first slice after
-  // a staged epilogue, store_dkv_staged).
+  // a staged epilogue, store_dkv_staged). `first`: the step's first staged slice.
   template <class FragDq>
-  __device__ static void store_dq(SharedStorage& smem, int tid, const FragDq& dq, int slice, bool held) {
+  __device__ static void store_dq(SharedStorage& smem, int tid, const FragDq& dq, int slice, bool held, int first) {
     const int wg = tid / 128;
     constexpr int kVecs = decltype(cute::size(dq))::value / 4;
     if constexpr (Traits::kPInDqStaging) {
       // P lies in warpgroup 0's part: every warpgroup's dV GEMM must be done with it.
       // That part's wait for the dQ warp came before P was written (bwd_mainloop.cuh).
-      if (slice == 0) barrier_sync(BwdBarrier::kPdS, kConsumerThreads);
-      if (wg != 0 || slice != 0) barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
+      if (slice == first) barrier_sync(BwdBarrier::kPdS, kConsumerThreads);
+      if (wg != 0 || slice != first) barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
     } else if (!held) {
       barrier_sync(dq_empty_barrier(wg), kDqBarrierThreads);
     }
@@ -371,6 +389,22 @@ struct BwdKernel {
     for (int i = 0; i < kVecs; ++i) dst[i * 128] = make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3));
     cutlass::arch::fence_view_async_shared();
     barrier_arrive(dq_full_barrier(wg), kDqBarrierThreads);
+  }
+
+  // Adds slice `slice` of a step's dQ partial sums to the accumulator's block `block`
+  // by red from registers (BwdConfig::dq_red_slice), where the dQ warp's bulk
+  // reduce-add of the staged slice would put them.
+  template <class FragDq>
+  __device__ static void add_dq_red(const BwdParams& p, std::int64_t block, int tid, const FragDq& dq, int slice) {
+    float4* dst = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dq_accum) +
+                                            block * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim) +
+                                            (tid / 128) * Traits::kDqPerWG + slice * Traits::kDqStagedPerWG) +
+                  tid % 128;
+    constexpr int kVecs = decltype(cute::size(dq))::value / 4;
+    CUTE_UNROLL
+    for (int i = 0; i < kVecs; ++i) {
+      arch::red_add_v4(dst + i * 128, make_float4(dq(4 * i), dq(4 * i + 1), dq(4 * i + 2), dq(4 * i + 3)));
+    }
   }
 
   // Deterministic mode (`turn` set): every consumer thread waits until the sums whose

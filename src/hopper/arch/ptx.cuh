@@ -135,6 +135,15 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
+// Adds four fp32 values to global memory (16 bytes, aligned), returning nothing. An
+// atomicAdd on a float4 whose result is unused compiles to the same reduction, except
+// in a function with a fence after it, where the compiler makes it a returning atomic
+// (ATOMG) so that the fence can wait on its result.
+__device__ __forceinline__ void red_add_v4(float4* dst, float4 v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
 // A global counter of the deterministic mode's ordered sums: wait until it reads
 // `value` (acquire), or publish a new value (release) once this thread's earlier writes
 // are visible GPU-wide.
