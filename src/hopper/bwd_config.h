@@ -51,6 +51,12 @@ struct BwdConfig {
   // buffer is written again, where one slice after another waited for the last one's.
   // Deterministic calls stage every slice (their ordered sums are the dQ warp's).
   int dq_red_slice = -1;
+  // The producer draws a CTA's next tile (dynamic order: causal and general masks) when
+  // the current tile's last loads are out, not as the tile starts: a tile drawn early is
+  // held for the whole current tile, and at the end of a call whose tiles differ in
+  // length a CTA could start a long held tile while the others had run out of work.
+  // Measured per head dim (docs/perf-log.md): on where it was.
+  bool draw_next_late = false;
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   constexpr int consumer_threads() const { return 128 * consumer_wgs; }
@@ -92,7 +98,7 @@ constexpr BwdConfig bwd_config(int head_dim) {
     // dQ goes in two halves of the head dim, 32 registers each. The first half leaves by
     // red while dK's GEMM runs, the second through the staging buffer: staged one after
     // the other, the second waited for the first's reads (docs/perf-log.md).
-    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240, false, true, false, 0};
+    default: return {64, 80, 2, 2, 1, 1, false, true, true, 1, 1, 1, 2, 24, 240, false, true, false, 0, true};
   }
 }
 

@@ -218,7 +218,10 @@ struct BwdKernel {
       int next = 0;
       if (leader) {
         if (valid) {
-          next = skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
+          // The next tile is drawn as this one starts or, with BwdConfig::draw_next_late,
+          // once this one's last loads are out.
+          if (!Traits::kDrawNextLate)
+            next = skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
           TileCoord tile = scheduler.coord(t);
           tile.m_block = tile_block(params, n_blocks, tile.m_block);
           const BlockRange range = query_range<Traits>(producer_mask(p, mask, tile.batch), tile.m_block);
@@ -228,8 +231,9 @@ struct BwdKernel {
           producer.announce(params, smem, tile, tile.m_block);
 #pragma unroll 1
           for (int m = range.begin + 1; m < range.end; ++m) producer.load_step(params, smem, q_pipe, do_pipe, tile, m);
-          // The loads run two stages ahead of the consumers: the next tile's K and V are
-          // asked of the L2 about two steps before this tile ends.
+          if (Traits::kDrawNextLate)
+            next = skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
+          // The next tile's K and V are asked of the L2 about two steps before this tile ends.
           if (Traits::kOverlapTileSwitch && scheduler.valid(next)) {
             TileCoord coming = scheduler.coord(next);
             coming.m_block = tile_block(params, n_blocks, coming.m_block);

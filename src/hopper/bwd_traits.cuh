@@ -40,6 +40,7 @@ struct BwdTraits {
   static constexpr bool kOverlapTileSwitch = kCfg.overlap_tile_switch;
   static constexpr bool kUniformSlices = kCfg.uniform_slices;
   static constexpr int kDqRedSlice = kCfg.dq_red_slice;
+  static constexpr bool kDrawNextLate = kCfg.draw_next_late;
   static_assert(kDqRedSlice < 0 || (kDqRedSlice < kCfg.dq_slices && kCfg.dq_slices > 1),
                 "dq_red_slice names one of several dQ slices (the others keep the dQ warp's protocol)");
   static_assert(!kOverlapTileSwitch || kDkvRS, "an overlapped tile switch stores dK/dV from whole key rows");

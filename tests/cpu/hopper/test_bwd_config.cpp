@@ -68,6 +68,12 @@ TEST(BwdConfig, DqSliceByRedOnlyBesideStagedSlices) {
   }
 }
 
+// The next tile drawn late (once the current tile's loads are out): measured faster for
+// causal calls at head dim 256, not yet measured at the others.
+TEST(BwdConfig, NextTileDrawnLateWhereMeasured) {
+  for (int d : kHeadDims) EXPECT_EQ(bwd_config(d).draw_next_late, d == 256) << d;
+}
+
 BwdShape shape(std::int64_t sq, std::int64_t sk, std::int64_t hq, std::int64_t hkv, std::int64_t d) {
   return {3, sq, sk, hq, hkv, d};
 }
