@@ -175,6 +175,14 @@ struct BwdKernel {
     return t;
   }
 
+  // Where warpgroup `wg`'s part of slice `slice` of query block `block`'s dQ sums lies in
+  // the accumulator (hopper/bwd_workspace.h), as the staging buffer holds them.
+  __device__ static float* dq_slice(const BwdParams& p, std::int64_t block, int wg, int slice) {
+    return workspace_floats(p, p.layout.dq_accum) +
+           block * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim) + wg * Traits::kDqPerWG +
+           slice * Traits::kDqStagedPerWG;
+  }
+
   __device__ static int* workspace_ints(const BwdParams& p, std::size_t offset) {
     return reinterpret_cast<int*>(static_cast<char*>(p.workspace) + offset);
   }
@@ -220,8 +228,10 @@ struct BwdKernel {
         if (valid) {
           // The next tile is drawn as this one starts or, with BwdConfig::draw_next_late,
           // once this one's last loads are out.
-          if (!Traits::kDrawNextLate)
-            next = skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
+          const auto draw_next = [&] {
+            return skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
+          };
+          if (!Traits::kDrawNextLate) next = draw_next();
           TileCoord tile = scheduler.coord(t);
           tile.m_block = tile_block(params, n_blocks, tile.m_block);
           const BlockRange range = query_range<Traits>(producer_mask(p, mask, tile.batch), tile.m_block);
@@ -231,8 +241,7 @@ struct BwdKernel {
           producer.announce(params, smem, tile, tile.m_block);
 #pragma unroll 1
           for (int m = range.begin + 1; m < range.end; ++m) producer.load_step(params, smem, q_pipe, do_pipe, tile, m);
-          if (Traits::kDrawNextLate)
-            next = skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
+          if (Traits::kDrawNextLate) next = draw_next();
           // The next tile's K and V are asked of the L2 about two steps before this tile ends.
           if (Traits::kOverlapTileSwitch && scheduler.valid(next)) {
             TileCoord coming = scheduler.coord(next);
@@ -270,8 +279,6 @@ struct BwdKernel {
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         const std::int64_t block = first + m;
-        float* dq = workspace_floats(p, p.layout.dq_accum) +
-                    block * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim);
         int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + block : nullptr;
         const int my_turn = dq_turn(tile_mask<Traits>(mask, smem), n_block, m);
         if (turn != nullptr && lane == 0) {
@@ -285,8 +292,7 @@ struct BwdKernel {
           for (int w = 0; w < Traits::kWGs; ++w) {
             barrier_sync(dq_full_barrier(w), kDqBarrierThreads);
             if (lane == 0) {
-              arch::bulk_reduce_add_f32(dq + w * Traits::kDqPerWG + slice * Traits::kDqStagedPerWG,
-                                        smem.dq + w * Traits::kDqStagedPerWG,
+              arch::bulk_reduce_add_f32(dq_slice(p, block, w, slice), smem.dq + w * Traits::kDqStagedPerWG,
                                         Traits::kDqStagedPerWG * sizeof(float));
               cute::tma_store_arrive();
             }
@@ -341,13 +347,14 @@ struct BwdKernel {
           Traits::kDqRedSlice >= 0
               ? q_block_index<Traits::kBlockM, kVarlen>(params.p, tile.batch, tile.head, slot_seq(params, smem), 0)
               : 0;
+      const int first_staged = by_red(params.p, 0) ? 1 : 0;
 #pragma unroll 1
       for (int m = range.begin; m < range.end; ++m) {
         consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV, [&](auto& dq, int slice) {
           if (by_red(params.p, slice)) {
             add_dq_red(params.p, first_q_block + m, tid, dq, slice);
           } else {
-            store_dq(smem, tid, dq, slice, staged, by_red(params.p, 0) ? 1 : 0);
+            store_dq(smem, tid, dq, slice, staged, first_staged);
             staged = false;
           }
         });
@@ -400,10 +407,7 @@ struct BwdKernel {
   // reduce-add of the staged slice would put them.
   template <class FragDq>
   __device__ static void add_dq_red(const BwdParams& p, std::int64_t block, int tid, const FragDq& dq, int slice) {
-    float4* dst = reinterpret_cast<float4*>(workspace_floats(p, p.layout.dq_accum) +
-                                            block * static_cast<std::int64_t>(Traits::kBlockM * Traits::kHeadDim) +
-                                            (tid / 128) * Traits::kDqPerWG + slice * Traits::kDqStagedPerWG) +
-                  tid % 128;
+    float4* dst = reinterpret_cast<float4*>(dq_slice(p, block, tid / 128, slice)) + tid % 128;
     constexpr int kVecs = decltype(cute::size(dq))::value / 4;
     CUTE_UNROLL
     for (int i = 0; i < kVecs; ++i) {
