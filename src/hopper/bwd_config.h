@@ -57,12 +57,6 @@ struct BwdConfig {
   // length a CTA could start a long held tile while the others had run out of work.
   // Measured per head dim (docs/perf-log.md): on where it was.
   bool draw_next_late = false;
-  // dV's GEMM (Pᵀ from registers) issued as soon as P is, before waiting for dP: the
-  // tensor cores run it while the threads compute and store dS, where otherwise they
-  // wait for the step's dS, its store and the barrier before dV and dQ are issued.
-  // Needs dkv_from_registers (P through shared memory waits for every warpgroup's).
-  // Measured per head dim (docs/perf-log.md): on where it was faster.
-  bool dv_early = false;
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
   constexpr int consumer_threads() const { return 128 * consumer_wgs; }

@@ -374,18 +374,10 @@ struct BwdConsumer {
       CUTE_UNROLL
       for (int j = 0; j < kPerQuery; ++j) at(s, i, j) = arch::exp2_approx(fmaf(at(s, i, j), scale_log2, -l));
     }
-    // P in the input dtype: converted here with BwdConfig::dv_early, and dV's GEMM
-    // queued behind dP's to run while dS is computed and stored; otherwise beside dS.
-    auto rP = make_tensor<Element>(tSrS.layout());
-    if constexpr (Traits::kDvEarly) {
-      convert_into(rP, tSrS);
-      Tensor tdVrPt = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
-      gemm_async<false>(mma_dkv, tdVrPt, tdVrDot(_, _, _, do_stage), tdVrdV);
-    }
     Stats dpsum;
     dpsum.load(smem.dpsum + do_stage * Traits::kStatsStride, lane, query_of);
 
-    warpgroup_wait<Traits::kDvEarly ? 1 : 0>();  // dP is complete
+    warpgroup_wait<0>();
     warpgroup_fence_operand(tdPrdP);
     // dS; under a softcap, with respect to the uncapped score (times the cap's slope).
     const auto dscores = [&](auto capped) {
@@ -409,7 +401,7 @@ struct BwdConsumer {
     } else {
       dscores(std::false_type{});
     }
-    if constexpr (!Traits::kDvEarly) convert_into(rP, tSrS);
+    auto rP = convert_fragment<Element>(tSrS);
     auto rdS = convert_fragment<Element>(tdPrdP);
 
     auto copy_pds = make_tiled_copy_C(typename Traits::CopyAtomPdS{}, mma_sdp);
@@ -435,10 +427,10 @@ struct BwdConsumer {
     }
     copy(copy_pds, thr_copy_pds.retile_S(rdS), tdSsdS(_, _, _, ds_stage));
 
-    if constexpr (kDkvRS && !Traits::kDvEarly) {
+    if constexpr (kDkvRS) {
       Tensor tdVrPt = make_tensor(rP.data(), acc_as_a_layout(tSrS.layout()));
       gemm_async<false>(mma_dkv, tdVrPt, tdVrDot(_, _, _, do_stage), tdVrdV);
-    } else if constexpr (!kDkvRS) {
+    } else {
       Tensor tdVrPt = mma_operand<!kDkvSwap>(op_dkv, sPt);
       gemm_ab<kDkvSwap, false>(mma_dkv, tdVrPt(_, _, _, ds_stage), tdVrDot(_, _, _, do_stage), tdVrdV);
     }

@@ -41,10 +41,8 @@ struct BwdTraits {
   static constexpr bool kUniformSlices = kCfg.uniform_slices;
   static constexpr int kDqRedSlice = kCfg.dq_red_slice;
   static constexpr bool kDrawNextLate = kCfg.draw_next_late;
-  static constexpr bool kDvEarly = kCfg.dv_early;
   static_assert(kDqRedSlice < 0 || (kDqRedSlice < kCfg.dq_slices && kCfg.dq_slices > 1),
                 "dq_red_slice names one of several dQ slices (the others keep the dQ warp's protocol)");
-  static_assert(!kDvEarly || kDkvRS, "dV's GEMM issued before dP's wait takes Pᵀ from registers");
   static_assert(!kOverlapTileSwitch || kDkvRS, "an overlapped tile switch stores dK/dV from whole key rows");
   static_assert(!kPInDqStaging || (!kDkvRS && kDsStages == 1), "P in dQ's staging buffer: one P buffer");
   static_assert(kCfg.registers_fit(), "setmaxnreg budgets exceed the registers the CTA launches with");

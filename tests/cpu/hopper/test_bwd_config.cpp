@@ -74,12 +74,6 @@ TEST(BwdConfig, NextTileDrawnLateWhereMeasured) {
   for (int d : kHeadDims) EXPECT_EQ(bwd_config(d).draw_next_late, d == 256) << d;
 }
 
-// dV's GEMM issued before dP's wait (BwdConfig::dv_early): written for the head dims
-// whose P reaches it from registers, on nowhere until it measures faster.
-TEST(BwdConfig, DvGemmIssuedEarlyWhereMeasured) {
-  for (int d : kHeadDims) EXPECT_FALSE(bwd_config(d).dv_early) << d;
-}
-
 BwdShape shape(std::int64_t sq, std::int64_t sk, std::int64_t hq, std::int64_t hkv, std::int64_t d) {
   return {3, sq, sk, hq, hkv, d};
 }
