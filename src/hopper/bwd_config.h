@@ -55,7 +55,8 @@ struct BwdConfig {
   // the current tile's last loads are out, not as the tile starts: a tile drawn early is
   // held for the whole current tile, and at the end of a call whose tiles differ in
   // length a CTA could start a long held tile while the others had run out of work.
-  // Measured per head dim (docs/perf-log.md): on where it was.
+  // Measured per head dim (docs/perf-log.md): on where it was. Deterministic calls draw
+  // late at every head dim (BwdKernel::produce).
   bool draw_next_late = false;
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }

@@ -36,7 +36,9 @@
 // it in a fixed order have, and a query head adds its dK/dV part only after the lower
 // heads of its KV group have. The tile scheduler hands tiles out in an order
 // consistent with both (tile_block), so the tile every other waits for is always
-// running and nothing deadlocks.
+// running and nothing deadlocks; and a CTA draws its next tile near the end of its
+// current one, so that tiles also start in that order and a turn comes about when the
+// tile waiting for it needs it (produce).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -226,12 +228,17 @@ struct BwdKernel {
       int next = 0;
       if (leader) {
         if (valid) {
-          // The next tile is drawn as this one starts or, with BwdConfig::draw_next_late,
-          // once this one's last loads are out.
+          // The next tile is drawn as this one starts or, with BwdConfig::draw_next_late
+          // and in deterministic mode, once this one's last loads are out. Deterministic
+          // sums wait for the tiles drawn before, so tiles must start in the order they
+          // are drawn: one drawn early starts when the CTA's current tile ends, and causal
+          // tiles differ in length, so a tile drawn first could start many steps after
+          // those drawn next, which would wait for it at every query block they share.
+          const bool late = Traits::kDrawNextLate || p.deterministic;
           const auto draw_next = [&] {
             return skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
           };
-          if (!Traits::kDrawNextLate) next = draw_next();
+          if (!late) next = draw_next();
           TileCoord tile = scheduler.coord(t);
           tile.m_block = tile_block(params, n_blocks, tile.m_block);
           const BlockRange range = query_range<Traits>(producer_mask(p, mask, tile.batch), tile.m_block);
@@ -241,7 +248,7 @@ struct BwdKernel {
           producer.announce(params, smem, tile, tile.m_block);
 #pragma unroll 1
           for (int m = range.begin + 1; m < range.end; ++m) producer.load_step(params, smem, q_pipe, do_pipe, tile, m);
-          if (Traits::kDrawNextLate) next = draw_next();
+          if (late) next = draw_next();
           // The next tile's K and V are asked of the L2 about two steps before this tile ends.
           if (Traits::kOverlapTileSwitch && scheduler.valid(next)) {
             TileCoord coming = scheduler.coord(next);

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""A model of the causal backward's tile order, to see what deterministic dQ sums cost.
+
+The persistent grid (one CTA per SM) draws tiles, one key block of one head each, from
+a global counter (hopper/tile_scheduler.cuh, BwdKernel::tile_block). A tile walks its
+query blocks upwards from its diagonal, one step each; after each step its dQ part is
+added to the accumulator. In deterministic mode a query block's parts are added in a
+fixed order (the diagonal key block's first, then the next lower one's ...), so a
+tile's add waits for the one before it in that order (BwdKernel::dq_turn). The model:
+every step costs `step` us of compute, an add `add` us, a passed turn is seen `lat` us
+after it is published, a step's dQ part waits in the staging buffer until the previous
+step's add is done (the consumers run at most one step ahead of their adds), and a
+tile switch costs `switch` us. A CTA draws its next tile as its
+current one starts (early) or a few steps before it ends (late).
+
+    python scripts/sim_bwd_order.py --key-blocks 128 --query-blocks 256 --heads 16
+
+prints the modelled time of the default order and of deterministic mode with either
+draw. It is a model: it leaves out memory, the L2 and the tail's uneven clocks, and
+only tells which order makes tiles wait for each other, and about how much.
+"""
+import argparse
+import heapq
+
+
+def simulate(key_blocks, query_blocks, heads, group, ctas, step, add, lat, switch, deterministic, late,
+             late_steps=2):
+    """Modelled time (us) of one causal backward."""
+    per_key = query_blocks // key_blocks  # query blocks per key block
+    tiles = key_blocks * heads
+
+    def coord(t):
+        # Groups of `group` heads, head fastest; the scheduler's blocks highest first,
+        # which deterministic mode runs as they come (shortest first) and the default
+        # order reverses (longest first).
+        per_group = key_blocks * group
+        first = t // per_group * group
+        r = t % per_group
+        here = min(group, heads - first)
+        block = key_blocks - 1 - r // here
+        return first + r % here, (block if deterministic else key_blocks - 1 - block)
+
+    drawn = [ctas]
+
+    def draw():
+        t = drawn[0]
+        drawn[0] += 1
+        return t if t < tiles else None
+
+    published = {}  # (head, key block, query block) -> time its add was done
+    parked = {}  # the same key -> CTAs waiting for it
+    state = [dict(tile=c, step=0, next=None, free=0.0, since=0.0) for c in range(ctas)]
+    events = [(0.0, c) for c in range(ctas)]
+    heapq.heapify(events)
+    end = 0.0
+    while events:
+        now, c = heapq.heappop(events)
+        s = state[c]
+        if s["tile"] is None:
+            continue
+        head, n = coord(s["tile"])
+        first_q = per_key * n
+        length = query_blocks - first_q
+        k = s["step"]
+        if s["next"] is None and (k == 0 and not late or late and k >= length - late_steps):
+            s["next"] = draw()
+        q = first_q + k
+        computed = max(now + step, s["free"])
+        turn = 0.0
+        if deterministic and n + 1 <= q // per_key:
+            before = (head, n + 1, q)
+            if before not in published:
+                s["since"] = now
+                parked.setdefault(before, []).append(c)
+                continue
+            turn = published[before] + lat
+        done = max(computed, turn) + add
+        published[(head, n, q)] = done
+        for w in parked.pop((head, n, q), []):
+            heapq.heappush(events, (max(state[w]["since"], done + lat), w))
+        s["free"] = done
+        s["step"] = k + 1
+        end = max(end, done)
+        if s["step"] < length:
+            heapq.heappush(events, (computed, c))
+            continue
+        if s["next"] is None:
+            s["next"] = draw()
+        s.update(tile=s["next"], next=None, step=0)
+        heapq.heappush(events, (computed + switch, c))
+    return end
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--key-blocks", type=int, default=128)
+    parser.add_argument("--query-blocks", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=16, help="(batch, head) pairs")
+    parser.add_argument("--group", type=int, default=4, help="heads interleaved in the order")
+    parser.add_argument("--ctas", type=int, default=132)
+    parser.add_argument("--step", type=float, default=2.3, help="us of compute per step")
+    parser.add_argument("--add", type=float, default=0.3, help="us per dQ add")
+    parser.add_argument("--lat", type=float, default=1.0, help="us until a passed turn is seen")
+    parser.add_argument("--switch", type=float, default=1.0, help="us per tile switch")
+    a = parser.parse_args()
+    shape = (a.key_blocks, a.query_blocks, a.heads, a.group, a.ctas, a.step, a.add, a.lat, a.switch)
+    base = simulate(*shape, deterministic=False, late=False)
+    print(f"default order        {base:9.1f} us")
+    for late in (False, True):
+        t = simulate(*shape, deterministic=True, late=late)
+        print(f"deterministic, {'late' if late else 'early'} draw {t:9.1f} us  ({base / t:.2f} of the default's speed)")
+
+
+if __name__ == "__main__":
+    main()
