@@ -257,8 +257,8 @@ def flash_attn_varlen_func(
     Runs on CPU tensors (fa3's CPU path) and on CUDA tensors where the extension was built
     with the GPU varlen paths (FA3_GPU_VARLEN, on by default; otherwise CUDA tensors raise
     NotImplementedError naming cu_seqlens_q), the backward at the kernel head dims of
-    build_info()["gpu_varlen_backward_head_dims"] (FA3_BWD_VARLEN_HEAD_DIMS, 64,
-    96, 128 and 192 by default; other head dims raise NotImplementedError naming cu_seqlens_q). The index tensors then stay on the
+    build_info()["gpu_varlen_backward_head_dims"] (FA3_BWD_VARLEN_HEAD_DIMS, every
+    head dim by default; those left out raise NotImplementedError naming cu_seqlens_q). The index tensors then stay on the
     GPU and are not checked there: their values (offsets, lengths, max_seqlen at least the
     longest sequence) are the caller's contract, as in FlashAttention-3. Not supported
     either (NotImplementedError):
