@@ -234,7 +234,8 @@ struct BwdKernel {
           // are drawn: one drawn early starts when the CTA's current tile ends, and causal
           // tiles differ in length, so a tile drawn first could start many steps after
           // those drawn next, which would wait for it at every query block they share.
-          const bool late = Traits::kDrawNextLate || p.deterministic;
+          // A static order takes no draw, so only the dynamic one asks.
+          const bool late = Traits::kDrawNextLate || (Scheduler::kDynamic && p.deterministic);
           const auto draw_next = [&] {
             return skip_empty(params, scheduler, n_blocks, scheduler.next(t, counter), counter);
           };
