@@ -116,6 +116,18 @@ inline constexpr bool kBwdPdl = true;
 inline constexpr bool kBwdPdl = false;
 #endif
 
+// Deterministic calls order their tiles for the ordered dQ sums (the build's
+// FA3_BWD_DETERMINISTIC_ORDER, off until its GPU tests have run: docs/perf-log.md):
+// causal head groups that keep Q, dO and the dQ sums in the L2
+// (deterministic_heads_per_group), and non-causal tiles that start at query blocks of
+// their own (BwdKernel::QueryWalk, hopper/bwd_dq_order.h). Without it the kernels carry
+// no code of the second.
+#ifdef FA3_BWD_DETERMINISTIC_ORDER
+inline constexpr bool kBwdDeterministicOrder = true;
+#else
+inline constexpr bool kBwdDeterministicOrder = false;
+#endif
+
 // Varlen calls: in a build with FA3_GPU_VARLEN (kVarlenKernels), the head dims of the
 // FA3_BWD_VARLEN_HEAD_DIMS list get a second instance of the general kernel that carries
 // the varlen paths (BwdConfig::varlen), which varlen calls of every mask run on

@@ -38,7 +38,11 @@
 // consistent with both (tile_block), so the tile every other waits for is always
 // running and nothing deadlocks; and a CTA draws its next tile near the end of its
 // current one, so that tiles also start in that order and a turn comes about when the
-// tile waiting for it needs it (produce).
+// tile waiting for it needs it (produce). In builds with kBwdDeterministicOrder,
+// non-causal calls of fixed length, whose tiles all have the same length and go in the
+// static order's rounds, instead start each tile of a round at a query block of its own,
+// so that the turns at a query block come a few steps apart rather than one after
+// another (hopper/bwd_dq_order.h, QueryWalk).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -46,6 +50,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "hopper/barriers.cuh"
+#include "hopper/bwd_dq_order.h"
 #include "hopper/bwd_mainloop.cuh"
 #include "hopper/bwd_params.h"
 #include "hopper/bwd_seq.cuh"
@@ -80,6 +85,7 @@ struct BwdKernel {
     typename Traits::TmaDv tma_dv;
     BwdParams p;
     int heads_per_group;  // tile order: (batch, head) pairs sharing Q and dO in L2
+    bool spread_starts;   // tiles start at query blocks of their own (QueryWalk)
   };
 
   __device__ static void run(const Params& params, char* smem_raw) {
@@ -119,6 +125,41 @@ struct BwdKernel {
   }
 
  private:
+  // The query blocks a tile walks, in order: from range.begin up, or from a block of the
+  // tile's own, cyclically (spread_starts).
+  struct QueryWalk {
+    BlockRange range;
+    int start;
+    __device__ int block(int i) const {
+      const int m = start + (i - range.begin);
+      return m < range.end ? m : m - (range.end - range.begin);
+    }
+  };
+
+  // Whether tiles start at query blocks of their own: deterministic non-causal calls of
+  // fixed length, whose tiles all walk every query block and run in the static order's
+  // rounds (hopper/bwd_dq_order.h), where the launch found the order's arithmetic fits;
+  // in builds with kBwdDeterministicOrder.
+  __device__ static bool spread_starts(const Params& params) {
+    if constexpr (Mask::kCausal || Mask::kGeneral || kVarlen || !kBwdDeterministicOrder) {
+      return false;
+    } else {
+      return params.spread_starts;
+    }
+  }
+
+  // The static order's place of key block tile.m_block of (tile.batch, tile.head).
+  __device__ static StaticDqOrder static_order(const Params& params, const TileCoord& tile, const BlockRange& range) {
+    return StaticDqOrder::of(tile.batch * params.p.nheads_q + tile.head, tile.m_block,
+                             static_cast<int>(params.p.layout.n_blocks), static_cast<int>(gridDim.x),
+                             range.end - range.begin);
+  }
+
+  __device__ static QueryWalk query_walk(const Params& params, const TileCoord& tile, const BlockRange& range) {
+    const bool spread = spread_starts(params) && range.begin < range.end;
+    return {range, spread ? range.begin + static_order(params, tile, range).start() : range.begin};
+  }
+
   // The key block of scheduler tile `tile`. The scheduler hands causal tiles out
   // highest block first; a causal key block is the longer to run the lower it is (more
   // query blocks see it), so the order is reversed to run the longest first. In
@@ -141,6 +182,7 @@ struct BwdKernel {
   // before key block n_block does: lower blocks first (from the first one the query
   // block sees, under a window), except with a causal mask, whose diagonal blocks reach
   // a query block first (each tile walks its query blocks upwards from its diagonal).
+  // Tiles that start at query blocks of their own take StaticDqOrder::turn instead.
   __device__ static int dq_turn(const Mask& mask, int n_block, int m_block) {
     if constexpr (Mask::kCausal) {
       return mask.template n_block_end<Traits::kBlockM, Traits::kBlockN>(m_block) - 1 - n_block;
@@ -243,12 +285,15 @@ struct BwdKernel {
           TileCoord tile = scheduler.coord(t);
           tile.m_block = tile_block(params, n_blocks, tile.m_block);
           const BlockRange range = query_range<Traits>(producer_mask(p, mask, tile.batch), tile.m_block);
+          const QueryWalk walk = query_walk(params, tile, range);
           // The first step's Q and dO go out before the wait for K/V's buffers, which
           // lasts until the previous tile's epilogue is done with them.
-          if (range.begin < range.end) producer.load_step(params, smem, q_pipe, do_pipe, tile, range.begin);
+          if (range.begin < range.end) producer.load_step(params, smem, q_pipe, do_pipe, tile, walk.start);
           producer.announce(params, smem, tile, tile.m_block);
 #pragma unroll 1
-          for (int m = range.begin + 1; m < range.end; ++m) producer.load_step(params, smem, q_pipe, do_pipe, tile, m);
+          for (int i = range.begin + 1; i < range.end; ++i) {
+            producer.load_step(params, smem, q_pipe, do_pipe, tile, walk.block(i));
+          }
           if (late) next = draw_next();
           // The next tile's K and V are asked of the L2 about two steps before this tile ends.
           if (Traits::kOverlapTileSwitch && scheduler.valid(next)) {
@@ -282,13 +327,17 @@ struct BwdKernel {
       if (tile.m_block < 0) break;
       const int n_block = tile.m_block;
       const BlockRange range = query_range<Traits>(tile_mask<Traits>(mask, smem), n_block);
+      const QueryWalk walk = query_walk(params, tile, range);
+      const StaticDqOrder order = spread_starts(params) ? static_order(params, tile, range) : StaticDqOrder{};
       const std::int64_t first =
           q_block_index<Traits::kBlockM, kVarlen>(p, tile.batch, tile.head, slot_seq(params, smem), 0);
 #pragma unroll 1
-      for (int m = range.begin; m < range.end; ++m) {
+      for (int i = range.begin; i < range.end; ++i) {
+        const int m = walk.block(i);
         const std::int64_t block = first + m;
         int* turn = p.deterministic ? workspace_ints(p, p.layout.dq_semaphore) + block : nullptr;
-        const int my_turn = dq_turn(tile_mask<Traits>(mask, smem), n_block, m);
+        const int my_turn =
+            spread_starts(params) ? order.turn(m - range.begin) : dq_turn(tile_mask<Traits>(mask, smem), n_block, m);
         if (turn != nullptr && lane == 0) {
           arch::wait_counter(turn, my_turn);
           asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -356,8 +405,10 @@ struct BwdKernel {
               ? q_block_index<Traits::kBlockM, kVarlen>(params.p, tile.batch, tile.head, slot_seq(params, smem), 0)
               : 0;
       const int first_staged = by_red(params.p, 0) ? 1 : 0;
+      const QueryWalk walk = query_walk(params, tile, range);
 #pragma unroll 1
-      for (int m = range.begin; m < range.end; ++m) {
+      for (int i = range.begin; i < range.end; ++i) {
+        const int m = walk.block(i);
         consumer.step(params, smem, q_pipe, do_pipe, mask, n_block, m, tdKrdK, tdVrdV, [&](auto& dq, int slice) {
           if (by_red(params.p, slice)) {
             add_dq_red(params.p, first_q_block + m, tid, dq, slice);

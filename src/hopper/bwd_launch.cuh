@@ -14,6 +14,7 @@
 
 #include "fa3/status.h"
 #include "hopper/bwd_config.h"
+#include "hopper/bwd_dq_order.h"
 #include "hopper/bwd_kernel.cuh"
 #include "hopper/bwd_params.h"
 #include "hopper/bwd_post.cuh"
@@ -148,14 +149,18 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
                     typename Traits::SmemLayoutV{}, Shape<BN, D>{}, _1{}),
       p,
       1,
+      false,
   };
   const int n_blocks = static_cast<int>(p.layout.n_blocks);
   const int m_blocks = static_cast<int>(p.layout.m_blocks);
   if constexpr (Kernel::Scheduler::kDynamic) {
-    // Every tile of a head reads all of its Q and dO.
+    // Every tile of a head reads all of its Q and dO, and adds into all of its dQ sums.
     const double q_do_bytes = 2.0 * p.seqlen_q * kHeadDim * sizeof(Element);
-    params.heads_per_group = causal_heads_per_group(q_do_bytes, 1, static_cast<std::int64_t>(p.nheads_q) * p.batch,
-                                                    p.num_sms, Traits::kBlockN, n_blocks);
+    const std::int64_t pairs = static_cast<std::int64_t>(p.nheads_q) * p.batch;
+    params.heads_per_group =
+        kBwdDeterministicOrder && p.deterministic
+            ? deterministic_heads_per_group(q_do_bytes + 4.0 * p.seqlen_q * kHeadDim, pairs, p.num_sms, n_blocks)
+            : causal_heads_per_group(q_do_bytes, 1, pairs, p.num_sms, Traits::kBlockN, n_blocks);
   }
   const std::int64_t tiles = static_cast<std::int64_t>(n_blocks) * p.nheads_q * p.batch;
   if (tiles > INT32_MAX - std::max(p.num_sms, 1)) {
@@ -178,6 +183,11 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   // the zeros the preprocess left in the accumulator.
   if (tiles > 0) {
     const int grid = static_cast<int>(std::min<std::int64_t>(tiles, std::max(p.num_sms, 1)));
+    // Deterministic non-causal calls of fixed length start each tile at a query block of
+    // its own (hopper/bwd_dq_order.h), where the order's 32-bit arithmetic holds.
+    params.spread_starts =
+        kBwdDeterministicOrder && p.deterministic && !Kernel::Scheduler::kDynamic && !kCfg.varlen &&
+        static_dq_order_fits(static_cast<std::int64_t>(p.nheads_q) * p.batch, n_blocks, grid, m_blocks);
     const Status main = launch_bwd_main<Kernel>(params, grid, stream);
     if (!main.is_ok()) return main;
   }

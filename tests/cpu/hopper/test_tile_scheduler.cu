@@ -130,6 +130,30 @@ TEST(TileScheduler, CausalHeadGroupSizes) {
   EXPECT_EQ(causal_heads_per_group(params(1024, 128, 100, 100, 1), 2, 128, 8), 25);
 }
 
+// Deterministic causal backward: as many heads as keep Q, dO and the fp32 dQ sums within
+// 32 MB, at least one grid's worth of tiles, never more than the problem, split evenly.
+TEST(TileScheduler, DeterministicHeadGroupSizes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  // hdim 128 16k: 16 MB a head (8 of Q and dO, 8 of sums) -> 2; 16 heads in groups of 2.
+  EXPECT_EQ(deterministic_heads_per_group(16 * kMiB, 16, 132, 128), 2);
+  // hdim 96 16k: 12 MB a head -> 2 fit.
+  EXPECT_EQ(deterministic_heads_per_group(12 * kMiB, 16, 132, 128), 2);
+  // hdim 64 16k: 8 MB a head -> 4, of 32 heads.
+  EXPECT_EQ(deterministic_heads_per_group(8 * kMiB, 32, 132, 128), 4);
+  // hdim 256 16k: 32 MB a head -> 1; 205 key blocks of 80 fill the grid alone.
+  EXPECT_EQ(deterministic_heads_per_group(32 * kMiB, 8, 132, 205), 1);
+  // One grid at least: 2k at hdim 128 (2 MB a head, 16 fit) has 16 key blocks a head,
+  // 9 heads fill 132 SMs; 16 fit is more. At 512 (0.5 MB, 64 fit) of 32 x 16 = 512
+  // pairs: eight groups of 64.
+  EXPECT_EQ(deterministic_heads_per_group(2 * kMiB, 128, 132, 16), 16);
+  EXPECT_EQ(deterministic_heads_per_group(0.5 * kMiB, 512, 132, 4), 64);
+  // A head larger than the budget with few key blocks: one grid's worth, 132 / 4 -> 33,
+  // of 40 pairs -> two groups of 20.
+  EXPECT_EQ(deterministic_heads_per_group(64 * kMiB, 40, 132, 4), 20);
+  // Never more than the problem.
+  EXPECT_EQ(deterministic_heads_per_group(0.5 * kMiB, 3, 132, 4), 3);
+}
+
 // A tile's sequence: a fixed-length call's is the whole call (offset 0, its lengths, its
 // batch index into the tensors); a varlen call's comes from cu_seqlens and seqused, in
 // tensors of one batch entry of all the packed rows.

@@ -502,6 +502,27 @@ TEST(BwdGuards, DeterministicModeBitwiseOverManyRuns) {
   }
 }
 
+// Deterministic mode where its order has the most cases: masked query and key tails,
+// many rounds of the grid with heads split between rounds, and a grid shrunk by
+// sm_margin (non-causal tiles start at query blocks spread by round, hopper/bwd_dq_order.h).
+// Under the accuracy rule, and bitwise the same over repeats.
+TEST(BwdGuards, DeterministicOverTailsRoundsAndSmallGrids) {
+  FA3_REQUIRE_HOPPER();
+  FA3_REQUIRE_BACKWARD_KERNELS();
+  for (const Kernel& kernel : built_kernels()) {
+    for (const Shape& shape : {Shape{40, 700, 300, 2, 1}, Shape{40, 300, 700, 2, 1}, Shape{3, 1000, 1100, 5, 5}}) {
+      for (const int margin : {0, 100}) {
+        SCOPED_TRACE(kernel.name() + " sq " + std::to_string(shape.seqlen_q) + " sk " + std::to_string(shape.seqlen_k) +
+                     " sm_margin " + std::to_string(margin));
+        BwdInputs in = make_inputs(kernel.dtype, shape, kernel.head_dim, kernel.causal, 13, true);
+        in.args.options.sm_margin = margin;
+        EXPECT_TRUE(backward_accurate(check_backward(in.args), kernel.dtype));
+        expect_bitwise_over_repeats(in, 3);
+      }
+    }
+  }
+}
+
 // Default mode, repeated: within the rule every time (a race shows as an occasional
 // stray value), and with MHA dk and dv bitwise identical, since only dq's partial sums
 // from different key blocks meet in an unordered way there.
