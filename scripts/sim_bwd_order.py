@@ -16,7 +16,9 @@ current one starts (early) or a few steps before it ends (late).
     python scripts/sim_bwd_order.py --key-blocks 128 --query-blocks 256 --heads 16
 
 prints the modelled time of the default order and of deterministic mode with either
-draw. It is a model: it leaves out memory, the L2 and the tail's uneven clocks, and
+draw. With --non-causal it models the static order of non-causal calls instead
+(simulate_noncausal): every tile walks every query block, from 0 or, spread, from a
+block of its own (hopper/bwd_dq_order.h). It is a model: it leaves out memory, the L2 and the tail's uneven clocks, and
 only tells which order makes tiles wait for each other, and about how much.
 """
 import argparse
@@ -91,6 +93,68 @@ def simulate(key_blocks, query_blocks, heads, group, ctas, step, add, lat, switc
     return end
 
 
+def simulate_noncausal(key_blocks, query_blocks, heads, ctas, step, add, lat, switch, deterministic, spread):
+    """Modelled time (us) of one non-causal backward in the static order: CTA c runs tiles
+    c, c + ctas, ... (round t // ctas), each a key block walking every query block. In
+    deterministic mode the sums at a query block go key block by key block (`spread`
+    False: every tile from query block 0 up) or, with `spread`, in order of arrival, each
+    tile of a round starting at a query block of its own (hopper/bwd_dq_order.h)."""
+    tiles = key_blocks * heads
+
+    def start(t):
+        if not spread:
+            return 0
+        head = t // key_blocks
+        begin = max(t // ctas * ctas, head * key_blocks)
+        end = min(t // ctas * ctas + ctas, head * key_blocks + key_blocks)
+        return (t - begin) * query_blocks // (end - begin)
+
+    before = {}  # (tile, query block) -> the tile whose add comes just before
+    if deterministic:
+        for head in range(heads):
+            ts = range(head * key_blocks, (head + 1) * key_blocks)
+            for m in range(query_blocks):
+                order = sorted(ts, key=lambda t: (t // ctas, (m - start(t)) % query_blocks, t))
+                for a, b in zip(order, order[1:]):
+                    before[(b, m)] = a
+
+    published = {}
+    parked = {}
+    state = [dict(tile=c if c < tiles else None, step=0, free=0.0, since=0.0) for c in range(ctas)]
+    events = [(0.0, c) for c in range(ctas)]
+    heapq.heapify(events)
+    end = 0.0
+    while events:
+        now, c = heapq.heappop(events)
+        s = state[c]
+        t = s["tile"]
+        if t is None:
+            continue
+        m = (start(t) + s["step"]) % query_blocks
+        computed = max(now + step, s["free"])
+        turn = 0.0
+        if (t, m) in before:
+            key = (before[(t, m)], m)
+            if key not in published:
+                s["since"] = now
+                parked.setdefault(key, []).append(c)
+                continue
+            turn = published[key] + lat
+        done = max(computed, turn) + add
+        published[(t, m)] = done
+        for w in parked.pop((t, m), []):
+            heapq.heappush(events, (max(state[w]["since"], done + lat), w))
+        s["free"] = done
+        s["step"] += 1
+        end = max(end, done)
+        if s["step"] < query_blocks:
+            heapq.heappush(events, (computed, c))
+            continue
+        s.update(tile=t + ctas if t + ctas < tiles else None, step=0)
+        heapq.heappush(events, (computed + switch, c))
+    return end
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--key-blocks", type=int, default=128)
@@ -102,7 +166,16 @@ def main():
     parser.add_argument("--add", type=float, default=0.3, help="us per dQ add")
     parser.add_argument("--lat", type=float, default=1.0, help="us until a passed turn is seen")
     parser.add_argument("--switch", type=float, default=1.0, help="us per tile switch")
+    parser.add_argument("--non-causal", action="store_true", help="the static order of non-causal calls")
     a = parser.parse_args()
+    if a.non_causal:
+        shape = (a.key_blocks, a.query_blocks, a.heads, a.ctas, a.step, a.add, a.lat, a.switch)
+        base = simulate_noncausal(*shape, deterministic=False, spread=False)
+        print(f"default order           {base:9.1f} us")
+        for spread in (False, True):
+            t = simulate_noncausal(*shape, deterministic=True, spread=spread)
+            print(f"deterministic, {'spread ' if spread else 'from 0 '} starts {t:9.1f} us  ({base / t:.2f} of the default's speed)")
+        return
     shape = (a.key_blocks, a.query_blocks, a.heads, a.group, a.ctas, a.step, a.add, a.lat, a.switch)
     base = simulate(*shape, deterministic=False, late=False)
     print(f"default order        {base:9.1f} us")
