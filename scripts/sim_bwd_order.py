@@ -25,6 +25,31 @@ import argparse
 import heapq
 
 
+class Turns:
+    """The dQ adds published so far, and the CTAs parked until the add before theirs is."""
+
+    def __init__(self, lat):
+        self.lat = lat
+        self.published = {}  # add -> time it was done
+        self.parked = {}  # add -> CTAs waiting for it
+
+    def wait(self, before, state, c, now):
+        """When CTA c may add after add `before` (None: it waits for none), or None after
+        parking it until `before` is published."""
+        if before is None:
+            return 0.0
+        if before not in self.published:
+            state[c]["since"] = now
+            self.parked.setdefault(before, []).append(c)
+            return None
+        return self.published[before] + self.lat
+
+    def publish(self, key, done, state, events):
+        self.published[key] = done
+        for w in self.parked.pop(key, []):
+            heapq.heappush(events, (max(state[w]["since"], done + self.lat), w))
+
+
 def simulate(key_blocks, query_blocks, heads, group, ctas, step, add, lat, switch, deterministic, late,
              late_steps=2):
     """Modelled time (us) of one causal backward."""
@@ -49,8 +74,7 @@ def simulate(key_blocks, query_blocks, heads, group, ctas, step, add, lat, switc
         drawn[0] += 1
         return t if t < tiles else None
 
-    published = {}  # (head, key block, query block) -> time its add was done
-    parked = {}  # the same key -> CTAs waiting for it
+    turns = Turns(lat)  # adds keyed (head, key block, query block)
     state = [dict(tile=c, step=0, next=None, free=0.0, since=0.0) for c in range(ctas)]
     events = [(0.0, c) for c in range(ctas)]
     heapq.heapify(events)
@@ -68,18 +92,11 @@ def simulate(key_blocks, query_blocks, heads, group, ctas, step, add, lat, switc
             s["next"] = draw()
         q = first_q + k
         computed = max(now + step, s["free"])
-        turn = 0.0
-        if deterministic and n + 1 <= q // per_key:
-            before = (head, n + 1, q)
-            if before not in published:
-                s["since"] = now
-                parked.setdefault(before, []).append(c)
-                continue
-            turn = published[before] + lat
+        turn = turns.wait((head, n + 1, q) if deterministic and n + 1 <= q // per_key else None, state, c, now)
+        if turn is None:
+            continue
         done = max(computed, turn) + add
-        published[(head, n, q)] = done
-        for w in parked.pop((head, n, q), []):
-            heapq.heappush(events, (max(state[w]["since"], done + lat), w))
+        turns.publish((head, n, q), done, state, events)
         s["free"] = done
         s["step"] = k + 1
         end = max(end, done)
@@ -118,8 +135,7 @@ def simulate_noncausal(key_blocks, query_blocks, heads, ctas, step, add, lat, sw
                 for a, b in zip(order, order[1:]):
                     before[(b, m)] = a
 
-    published = {}
-    parked = {}
+    turns = Turns(lat)  # adds keyed (tile, query block)
     state = [dict(tile=c if c < tiles else None, step=0, free=0.0, since=0.0) for c in range(ctas)]
     events = [(0.0, c) for c in range(ctas)]
     heapq.heapify(events)
@@ -132,18 +148,11 @@ def simulate_noncausal(key_blocks, query_blocks, heads, ctas, step, add, lat, sw
             continue
         m = (start(t) + s["step"]) % query_blocks
         computed = max(now + step, s["free"])
-        turn = 0.0
-        if (t, m) in before:
-            key = (before[(t, m)], m)
-            if key not in published:
-                s["since"] = now
-                parked.setdefault(key, []).append(c)
-                continue
-            turn = published[key] + lat
+        turn = turns.wait((before[(t, m)], m) if (t, m) in before else None, state, c, now)
+        if turn is None:
+            continue
         done = max(computed, turn) + add
-        published[(t, m)] = done
-        for w in parked.pop((t, m), []):
-            heapq.heappush(events, (max(state[w]["since"], done + lat), w))
+        turns.publish((t, m), done, state, events)
         s["free"] = done
         s["step"] += 1
         end = max(end, done)
