@@ -183,7 +183,8 @@ def main():
         print(f"default order           {base:9.1f} us")
         for spread in (False, True):
             t = simulate_noncausal(*shape, deterministic=True, spread=spread)
-            print(f"deterministic, {'spread ' if spread else 'from 0 '} starts {t:9.1f} us  ({base / t:.2f} of the default's speed)")
+            name = "spread starts" if spread else "from 0 starts"
+            print(f"deterministic, {name} {t:9.1f} us  ({base / t:.2f} of the default's speed)")
         return
     shape = (a.key_blocks, a.query_blocks, a.heads, a.group, a.ctas, a.step, a.add, a.lat, a.switch)
     base = simulate(*shape, deterministic=False, late=False)
