@@ -116,16 +116,16 @@ inline constexpr bool kBwdPdl = true;
 inline constexpr bool kBwdPdl = false;
 #endif
 
-// Deterministic calls order their tiles for the ordered dQ sums (the build's
-// FA3_BWD_DETERMINISTIC_ORDER, off until its GPU tests have run: docs/perf-log.md):
-// causal head groups that keep Q, dO and the dQ sums in the L2
-// (deterministic_heads_per_group), and non-causal tiles that start at query blocks of
-// their own (BwdKernel::QueryWalk, hopper/bwd_dq_order.h). Without it the kernels carry
-// no code of the second.
-#ifdef FA3_BWD_DETERMINISTIC_ORDER
-inline constexpr bool kBwdDeterministicOrder = true;
+// Deterministic non-causal calls start each tile of a round at a query block of its own
+// (the build's FA3_BWD_SPREAD_STARTS; BwdKernel::QueryWalk, hopper/bwd_dq_order.h). Off:
+// on an H100 it made deterministic calls 14-22 % faster from 1k to 4k tokens at head
+// dim 64 but 12 % slower at 16k, and the code it adds to the producer and dQ warps cost
+// default calls at head dim 128 1.5-2 % from 4k (docs/perf-log.md). Without it the
+// kernels carry none of its code.
+#ifdef FA3_BWD_SPREAD_STARTS
+inline constexpr bool kBwdSpreadStarts = true;
 #else
-inline constexpr bool kBwdDeterministicOrder = false;
+inline constexpr bool kBwdSpreadStarts = false;
 #endif
 
 // Varlen calls: in a build with FA3_GPU_VARLEN (kVarlenKernels), the head dims of the

@@ -38,7 +38,7 @@
 // consistent with both (tile_block), so the tile every other waits for is always
 // running and nothing deadlocks; and a CTA draws its next tile near the end of its
 // current one, so that tiles also start in that order and a turn comes about when the
-// tile waiting for it needs it (produce). In builds with kBwdDeterministicOrder,
+// tile waiting for it needs it (produce). In builds with kBwdSpreadStarts,
 // non-causal calls of fixed length, whose tiles all have the same length and go in the
 // static order's rounds, instead start each tile of a round at a query block of its own,
 // so that the turns at a query block come a few steps apart rather than one after
@@ -139,9 +139,9 @@ struct BwdKernel {
   // Whether tiles start at query blocks of their own: deterministic non-causal calls of
   // fixed length, whose tiles all walk every query block and run in the static order's
   // rounds (hopper/bwd_dq_order.h), where the launch found the order's arithmetic fits;
-  // in builds with kBwdDeterministicOrder.
+  // in builds with kBwdSpreadStarts.
   __device__ static bool spread_starts(const Params& params) {
-    if constexpr (Mask::kCausal || Mask::kGeneral || kVarlen || !kBwdDeterministicOrder) {
+    if constexpr (Mask::kCausal || Mask::kGeneral || kVarlen || !kBwdSpreadStarts) {
       return false;
     } else {
       return params.spread_starts;

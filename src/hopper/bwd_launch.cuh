@@ -158,7 +158,7 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
     const double q_do_bytes = 2.0 * p.seqlen_q * kHeadDim * sizeof(Element);
     const std::int64_t pairs = static_cast<std::int64_t>(p.nheads_q) * p.batch;
     params.heads_per_group =
-        kBwdDeterministicOrder && p.deterministic
+        p.deterministic
             ? deterministic_heads_per_group(q_do_bytes + 4.0 * p.seqlen_q * kHeadDim, pairs, p.num_sms, n_blocks)
             : causal_heads_per_group(q_do_bytes, 1, pairs, p.num_sms, Traits::kBlockN, n_blocks);
   }
@@ -186,7 +186,7 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
     // Deterministic non-causal calls of fixed length start each tile at a query block of
     // its own (hopper/bwd_dq_order.h), where the order's 32-bit arithmetic holds.
     params.spread_starts =
-        kBwdDeterministicOrder && p.deterministic && !Kernel::Scheduler::kDynamic && !kCfg.varlen &&
+        kBwdSpreadStarts && p.deterministic && !Kernel::Scheduler::kDynamic && !kCfg.varlen &&
         static_dq_order_fits(static_cast<std::int64_t>(p.nheads_q) * p.batch, n_blocks, grid, m_blocks);
     const Status main = launch_bwd_main<Kernel>(params, grid, stream);
     if (!main.is_ok()) return main;
