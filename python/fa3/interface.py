@@ -387,11 +387,12 @@ def flash_attn_with_kvcache(
     Runs on CPU tensors (fa3's CPU path), and on CUDA tensors in a build with the GPU
     KV-cache path (fa3.build_info()["gpu_kvcache"], the FA3_GPU_KVCACHE option; otherwise
     they raise NotImplementedError), on the current stream; sm_margin leaves SMs free as
-    in flash_attn_func (here by splitting the keys for fewer SMs). Not supported either
-    (NotImplementedError): qv, cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed
-    queries), pack_gqa=True.
+    in flash_attn_func (here by splitting the keys for fewer SMs). pack_gqa takes any
+    value: the query heads of a KV head always share one tile here (packed GQA, what
+    pack_gqa=True asks for). Not supported either (NotImplementedError): qv,
+    cu_seqlens_q / cu_seqlens_k_new / max_seqlen_q (packed queries).
     """
-    _checks.reject_unsupported(qv, None, None, None, 1, pack_gqa, sm_margin)
+    _checks.reject_unsupported(qv, None, None, None, 1, None, sm_margin)
     packed = (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k_new", cu_seqlens_k_new), ("max_seqlen_q", max_seqlen_q))
     for name, value in packed:
         if value is not None:

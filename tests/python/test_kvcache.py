@@ -213,7 +213,7 @@ def test_inputs_requiring_grad_give_a_plain_output():
     assert torch.equal(out, want)
 
 
-def test_scheduler_metadata_and_num_splits_change_nothing():
+def test_scheduler_metadata_num_splits_and_pack_gqa_change_nothing():
     q, k_cache, v_cache, _, _, seqlens = make_inputs(5, seqlen_new=0)
     metadata = fa3.get_scheduler_metadata(BATCH, 2, CAPACITY, NHEADS, NHEADS_K, HEADDIM, seqlens,
                                            qkv_dtype=torch.float32, num_splits=3)
@@ -222,6 +222,10 @@ def test_scheduler_metadata_and_num_splits_change_nothing():
     out = fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, scheduler_metadata=metadata,
                                       num_splits=3)
     assert torch.equal(out, want)
+    # The KV-cache kernels always pack a KV head's query heads into one tile.
+    for pack_gqa in (True, False):
+        packed = fa3.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, pack_gqa=pack_gqa)
+        assert torch.equal(packed, want), pack_gqa
 
 
 @pytest.mark.parametrize(
