@@ -97,11 +97,14 @@ std::vector<FwdTile> preferred_tiles(const Problem& p, int head_dim) {
 // spread each block's fixed cost over more scores (with the lean softmax, +3 to +22 %
 // over the 128x128 tile without it, on an H100), but rows of up to 1k keys are a few
 // blocks, padded to 224, and ran 22 % (512) and 3 % (1k) slower (docs/perf-log.md).
-// Calls with block scales never see the wide tile.
+// Calls with block scales never see the wide tile. Head dim 192's 128x160 tile, plain
+// and causal, gained 3-10 % over 128x128 from 2k keys and lost 4-15 % at 512 and 1k
+// (H100, docs/perf-log.md): rows of up to 1k keys keep 128x128.
 std::vector<FwdTile> preferred_fp8_tiles(const Problem& p, int head_dim) {
   if (head_dim == 128 && fwd_mask_kind(p, head_dim, true) == MaskKind::kPlain && p.seqlen_k <= 1024) {
     return {{128, 128}};
   }
+  if (head_dim == 192 && p.seqlen_k <= 1024) return {{128, 128}};
   return {};
 }
 

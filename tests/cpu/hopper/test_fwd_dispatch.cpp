@@ -294,6 +294,47 @@ TEST(FwdDispatch, Fp8HeadDim128TileFollowsKeyLength) {
   EXPECT_EQ(fp8_first(true, 4096, 4096, false), "128x128");
 }
 
+// FP8 head dim 192: 128x160 from 1025 keys on, plain and causal, 128x128 on shorter rows
+// and for block-scaled calls (measured: docs/perf-log.md). Head dim 96: 192x128 for
+// every call without block scales.
+TEST(FwdDispatch, Fp8HeadDims96And192Tiles) {
+  const auto built = [](int head_dim, const char* name) {
+    for (const FwdKernelEntry& k : fwd_kernels()) {
+      if (k.dtype == DType::kFloat8E4M3 && k.out_dtype == DType::kBFloat16 && k.head_dim == head_dim &&
+          k.name() == name) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const auto fp8_first = [](int head_dim, bool causal, std::int64_t seqlen_k, bool block_scales) {
+    Problem p = problem(head_dim, causal, 2048, seqlen_k);
+    p.fp8_block_scales = block_scales;
+    const std::vector<const FwdKernelEntry*> c = fwd_candidates(p, DType::kFloat8E4M3, DType::kBFloat16);
+    return c.empty() ? std::string("(none)") : c.front()->name();
+  };
+  int checked = 0;
+  if (built(192, "128x160") && built(192, "128x128")) {
+    for (bool causal : {false, true}) {
+      EXPECT_EQ(fp8_first(192, causal, 512, false), "128x128");
+      EXPECT_EQ(fp8_first(192, causal, 1024, false), "128x128");
+      EXPECT_EQ(fp8_first(192, causal, 1025, false), "128x160");
+      EXPECT_EQ(fp8_first(192, causal, 16384, false), "128x160");
+      EXPECT_EQ(fp8_first(192, causal, 16384, true), "128x128");
+    }
+    ++checked;
+  }
+  if (built(96, "192x128") && built(96, "128x128")) {
+    for (bool causal : {false, true}) {
+      EXPECT_EQ(fp8_first(96, causal, 512, false), "192x128");
+      EXPECT_EQ(fp8_first(96, causal, 16384, false), "192x128");
+      EXPECT_EQ(fp8_first(96, causal, 16384, true), "128x128");
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "FP8 head dims 96 and 192 do not have both of their tiles in this build";
+}
+
 TEST(FwdDispatch, Fp8BlockScalesRunOnTilesWhoseBlocksDivideTheirRows) {
   const auto entry = [](int block_m, int block_n) {
     FwdKernelEntry k{};
