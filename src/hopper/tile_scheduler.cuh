@@ -109,10 +109,24 @@ struct TileScheduler {
   int num_m_blocks;
   int num_heads;
   int num_tiles;
-  int group_heads;  // (batch, head) pairs per group
+  // The (batch, head) pairs go into as many groups as `heads_per_group` pairs a group
+  // make, as even as whole pairs allow: the first pairs % groups of them hold one pair
+  // more than the rest. A last group of a few pairs (32 in groups of 5: six of 5, one
+  // of 2) would start its longest tiles when the other CTAs are about to run out of
+  // work (hdim 96 causal 16k backward: +3 %, docs/perf-log.md).
+  int group_heads;  // pairs of a later group; the first ones hold one more
+  int big_pairs;    // pairs in the first groups
+  int big_tiles;    // their tiles
 
   __host__ __device__ TileScheduler(int m_blocks, int heads, int batch, int heads_per_group)
-      : num_m_blocks(m_blocks), num_heads(heads), num_tiles(m_blocks * heads * batch), group_heads(heads_per_group) {}
+      : num_m_blocks(m_blocks), num_heads(heads), num_tiles(m_blocks * heads * batch) {
+    const int pairs = heads * batch;
+    const int per_group = heads_per_group > 0 ? heads_per_group : 1;
+    const int groups = pairs > 0 ? (pairs + per_group - 1) / per_group : 1;
+    group_heads = pairs / groups;
+    big_pairs = pairs % groups * (group_heads + 1);
+    big_tiles = big_pairs * m_blocks;
+  }
 
   __device__ int first() const { return static_cast<int>(blockIdx.x); }
   __host__ __device__ bool valid(int tile) const { return tile < num_tiles; }
@@ -132,12 +146,13 @@ struct TileScheduler {
   }
 
   __host__ __device__ TileCoord coord(int tile) const {
-    const int tiles_per_group = num_m_blocks * group_heads;
-    const int group = tile / tiles_per_group;
-    const int r = tile % tiles_per_group;
-    const int first_bh = group * group_heads;
-    const int total = num_tiles / num_m_blocks;
-    const int heads_here = total - first_bh < group_heads ? total - first_bh : group_heads;
+    const bool big = tile < big_tiles;
+    const int heads_here = big ? group_heads + 1 : group_heads;
+    const int local = big ? tile : tile - big_tiles;
+    const int tiles_per_group = heads_here * num_m_blocks;
+    const int group = local / tiles_per_group;
+    const int r = local - group * tiles_per_group;
+    const int first_bh = (big ? 0 : big_pairs) + group * heads_here;
     const int bh = first_bh + r % heads_here;
     const int m = r / heads_here;
     return {kCausal ? num_m_blocks - 1 - m : m, bh % num_heads, bh / num_heads};

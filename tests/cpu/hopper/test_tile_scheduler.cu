@@ -5,6 +5,7 @@
 // tile's sequence bounds, fixed-length and varlen.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -57,24 +58,43 @@ TEST(TileScheduler, EveryTileExactlyOnce) {
 }
 
 // Causal: inside a group the query block never grows, so longer tiles come first;
-// groups follow one another in (batch, head) order.
+// groups follow one another in (batch, head) order, as many as `group` pairs a group
+// make, their sizes at most `group` and within one pair of each other.
 TEST(TileScheduler, CausalGroupsGoLongestFirst) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(testing::Message() << "m_blocks " << c.m_blocks << " heads " << c.heads << " batch " << c.batch
                                     << " group " << c.group);
     const TileScheduler<true> s(c.m_blocks, c.heads, c.batch, c.group);
-    const int per_group = c.m_blocks * c.group;
-    for (int t = 1; s.valid(t); ++t) {
-      const TileCoord prev = s.coord(t - 1), cur = s.coord(t);
-      const int prev_bh = prev.batch * c.heads + prev.head, cur_bh = cur.batch * c.heads + cur.head;
-      if (t % per_group == 0) {
-        EXPECT_EQ(cur.m_block, c.m_blocks - 1) << "a group starts with its longest tiles";
-        EXPECT_GT(cur_bh, prev_bh) << "groups follow (batch, head) order";
+    std::vector<std::set<int>> groups;  // the (batch, head) pairs of each group
+    int group_end = 0;                  // the first tile past the current group
+    for (int t = 0; s.valid(t); ++t) {
+      const TileCoord cur = s.coord(t);
+      const int cur_bh = cur.batch * c.heads + cur.head;
+      if (t == group_end) {
+        EXPECT_EQ(cur.m_block, c.m_blocks - 1) << "a group starts with its longest tiles, tile " << t;
+        for (const auto& g : groups) EXPECT_GT(cur_bh, *g.rbegin()) << "groups follow (batch, head) order";
+        groups.emplace_back();
+        // A group opens with one longest tile per pair (with one query block a head,
+        // every tile is a longest one and groups cannot be told apart: one pair each).
+        int size = 1;
+        while (c.m_blocks > 1 && s.valid(t + size) && s.coord(t + size).m_block == c.m_blocks - 1) ++size;
+        group_end = t + size * c.m_blocks;
       } else {
+        const TileCoord prev = s.coord(t - 1);
         EXPECT_LE(cur.m_block, prev.m_block) << "tile " << t;
-        EXPECT_EQ(cur_bh / c.group, prev_bh / c.group) << "tile " << t << " left its group";
       }
+      groups.back().insert(cur_bh);
     }
+    if (c.m_blocks == 1) continue;
+    const int pairs = c.heads * c.batch;
+    EXPECT_EQ(static_cast<int>(groups.size()), (pairs + c.group - 1) / c.group);
+    std::size_t smallest = groups.front().size(), largest = smallest;
+    for (const auto& g : groups) {
+      smallest = std::min(smallest, g.size());
+      largest = std::max(largest, g.size());
+    }
+    EXPECT_LE(largest, static_cast<std::size_t>(c.group));
+    EXPECT_LE(largest - smallest, 1u);
   }
 }
 
