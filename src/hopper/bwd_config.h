@@ -55,8 +55,10 @@ struct BwdConfig {
   // the current tile's last loads are out, not as the tile starts: a tile drawn early is
   // held for the whole current tile, and at the end of a call whose tiles differ in
   // length a CTA could start a long held tile while the others had run out of work.
-  // Measured per head dim (docs/perf-log.md): on where it was. Deterministic calls draw
-  // late at every head dim (BwdKernel::produce).
+  // Measured per head dim (docs/perf-log.md): on at 96 to 256 (causal hdim 128 +1-5 %
+  // at 512-2k and 8k-16k); at 64 causal calls of 1k and 8k keys lost 1.5-2.5 % with
+  // it, twice, so it stays off there. Deterministic calls draw late at every head dim
+  // (BwdKernel::produce).
   bool draw_next_late = false;
 
   constexpr int threads() const { return 128 * (consumer_wgs + 1); }
@@ -92,9 +94,9 @@ struct BwdConfig {
 constexpr BwdConfig bwd_config(int head_dim) {
   switch (head_dim) {
     case 64: return {128, 128, 2, 2, 2, 2, true, false, false, 1, 2, 2, 1, 24, 240, false, true};
-    case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240};
-    case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240, true};
-    case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160, false, true};
+    case 96: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240, false, false, false, -1, true};
+    case 128: return {64, 128, 2, 2, 2, 2, true, false, false, 1, 2, 1, 1, 24, 240, true, false, false, -1, true};
+    case 192: return {64, 96, 3, 2, 1, 1, false, true, false, 1, 1, 1, 1, 32, 160, false, true, false, -1, true};
     // dK and dV hold 160 registers per thread here; dQ's 64 more spilled 500 bytes, so
     // dQ goes in two halves of the head dim, 32 registers each. The first half leaves by
     // red while dK's GEMM runs, the second through the staging buffer: staged one after
