@@ -99,12 +99,17 @@ std::vector<FwdTile> preferred_tiles(const Problem& p, int head_dim) {
 // blocks, padded to 224, and ran 22 % (512) and 3 % (1k) slower (docs/perf-log.md).
 // Calls with block scales never see the wide tile. Head dim 192's 128x160 tile, plain
 // and causal, gained 3-10 % over 128x128 from 2k keys and lost 4-15 % at 512 and 1k
-// (H100, docs/perf-log.md): rows of up to 1k keys keep 128x128.
+// (H100, docs/perf-log.md): rows of up to 1k keys keep 128x128. Head dim 256's 128x128
+// ran 1-3 % ahead of 128x64 without a mask and up to 2.6 % ahead causal from 2k keys,
+// but causal rows of 512 and 1k keys lost 7 % and 1 % on it (H100): they keep 128x64.
 std::vector<FwdTile> preferred_fp8_tiles(const Problem& p, int head_dim) {
   if (head_dim == 128 && fwd_mask_kind(p, head_dim, true) == MaskKind::kPlain && p.seqlen_k <= 1024) {
     return {{128, 128}};
   }
   if (head_dim == 192 && p.seqlen_k <= 1024) return {{128, 128}};
+  if (head_dim == 256 && fwd_mask_kind(p, head_dim, true) == MaskKind::kCausal && p.seqlen_k <= 1024) {
+    return {{128, 64}};
+  }
   return {};
 }
 

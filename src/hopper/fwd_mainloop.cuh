@@ -265,8 +265,18 @@ struct FwdConsumer {
   State k_state;
   State v_state;
 
+  // The FP8 kernels slice Q in shared memory (every Q·Kᵀ's A operand) by a warpgroup
+  // index that comes from a broadcast, which tells the compiler that it is warp-uniform:
+  // Q's descriptors are then built in uniform registers, where sliced per thread they
+  // were built in regular ones and moved over before every GEMM (two R2UR and two more
+  // instructions a GEMM; hdim 256 128x64 +2-5 %, docs/perf-log.md). The 16-bit kernels
+  // that read Q from shared memory (head dims 192 and 256) have not been measured with it.
+  static constexpr bool kUniformQ = Traits::kFp8;
+
   __device__ explicit FwdConsumer(int consumer_thread)
-      : tid(consumer_thread), wg(consumer_thread / 128), lane(consumer_thread % 32) {}
+      : tid(consumer_thread),
+        wg(kUniformQ ? __shfl_sync(0xffffffffu, consumer_thread / 128, 0) : consumer_thread / 128),
+        lane(consumer_thread % 32) {}
 
   // Ping-pong: wait for this warpgroup's turn to issue GEMMs / hand the turn on.
   __device__ __forceinline__ void turn_wait() {
@@ -406,8 +416,11 @@ struct FwdConsumer {
       if constexpr (kQRegisters) {
         return make_tensor(q_frag.data(), q_frag.layout());
       } else {
+        // A warpgroup's Q is the same for its 128 threads: with kUniformQ it is sliced by
+        // the warpgroup's first thread.
         Tensor sQ_opaque = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
-        return thr_qk.partition_fragment_A(sQ_opaque)(_, _, _, q_stage);
+        auto thr_q = mma_qk.get_thread_slice(kUniformQ ? wg * 128 : tid);
+        return thr_q.partition_fragment_A(sQ_opaque)(_, _, _, q_stage);
       }
     };
     Tensor tSrK = thr_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)

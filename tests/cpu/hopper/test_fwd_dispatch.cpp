@@ -296,8 +296,9 @@ TEST(FwdDispatch, Fp8HeadDim128TileFollowsKeyLength) {
 
 // FP8 head dim 192: 128x160 from 1025 keys on, plain and causal, 128x128 on shorter rows
 // and for block-scaled calls (measured: docs/perf-log.md). Head dim 96: 192x128 for
-// every call without block scales.
-TEST(FwdDispatch, Fp8HeadDims96And192Tiles) {
+// every call without block scales. Head dim 256: 128x128, but 128x64 for causal rows of
+// up to 1k keys.
+TEST(FwdDispatch, Fp8HeadDims96To256Tiles) {
   const auto built = [](int head_dim, const char* name) {
     for (const FwdKernelEntry& k : fwd_kernels()) {
       if (k.dtype == DType::kFloat8E4M3 && k.out_dtype == DType::kBFloat16 && k.head_dim == head_dim &&
@@ -332,7 +333,16 @@ TEST(FwdDispatch, Fp8HeadDims96And192Tiles) {
     }
     ++checked;
   }
-  if (checked == 0) GTEST_SKIP() << "FP8 head dims 96 and 192 do not have both of their tiles in this build";
+  if (built(256, "128x128") && built(256, "128x64")) {
+    EXPECT_EQ(fp8_first(256, false, 512, false), "128x128");
+    EXPECT_EQ(fp8_first(256, false, 16384, true), "128x128");
+    EXPECT_EQ(fp8_first(256, true, 512, false), "128x64");
+    EXPECT_EQ(fp8_first(256, true, 1024, true), "128x64");
+    EXPECT_EQ(fp8_first(256, true, 1025, false), "128x128");
+    EXPECT_EQ(fp8_first(256, true, 16384, false), "128x128");
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "FP8 head dims 96, 192 and 256 do not have both of their tiles in this build";
 }
 
 TEST(FwdDispatch, Fp8BlockScalesRunOnTilesWhoseBlocksDivideTheirRows) {
