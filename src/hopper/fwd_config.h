@@ -121,6 +121,21 @@ inline constexpr bool kFp8VtInSmem = true;
 inline constexpr bool kFp8VtInSmem = false;
 #endif
 
+// Whether the producer of a dynamic (causal, general-mask) order draws its CTA's next
+// tile once the current tile's K/V loads are all out instead of as the tile starts (the
+// build's FA3_FWD_DRAW_LATE, off: not yet run on a GPU). A tile drawn early is held
+// through the whole current tile, and at the end of a call whose tiles differ in length
+// CTAs start long held tiles while others have run out of work: a model of the order
+// (132 CTAs, a tile's time its key blocks) leaves 1-6 % of the SMs' time idle that way
+// at head dims 128-256 causal, 0.2-2 % with the late draw. The backward measured the
+// same effect (docs/perf-log.md). The price: with two Q stages the next tile's Q is
+// then asked for a pipeline's depth of K/V blocks before it is needed, not a tile ahead.
+#ifdef FA3_FWD_DRAW_LATE
+inline constexpr bool kFwdDrawLate = true;
+#else
+inline constexpr bool kFwdDrawLate = false;
+#endif
+
 inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.
 inline constexpr int kSmemReserveBytes = 2048;

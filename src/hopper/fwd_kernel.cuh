@@ -166,6 +166,8 @@ struct FwdKernel {
   __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
                                  Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask) {
     constexpr bool kQAhead = Traits::kQStages > 1;
+    // A static order's next tile is known without a draw: only dynamic orders draw late.
+    constexpr bool kDrawLate = kFwdDrawLate && Scheduler::kDynamic;
     const bool leader = cute::elect_one_sync();
     if (leader) {
       cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
@@ -184,14 +186,20 @@ struct FwdKernel {
       int next = 0;
       if (leader) {
         if (valid) {
-          // Ask for the next tile first; the answer is needed only after this one's
-          // first K/V loads.
-          next = skip_empty(params, scheduler, scheduler.next(t, params.tile_counter));
+          // Ask for the next tile first, its answer needed only after this one's first
+          // K/V loads, or with kDrawLate once this tile's K/V loads are all out
+          // (hopper/fwd_config.h's kFwdDrawLate); the next tile's Q follows the draw.
+          const auto draw_next = [&] { return skip_empty(params, scheduler, scheduler.next(t, params.tile_counter)); };
+          if (!kDrawLate) next = draw_next();
           const TileCoord tile = scheduler.coord(t);
           const BlockRange keys = tile_key_blocks(sequence_mask(params.p, mask, tile.batch), tile.m_block);
           producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
-          producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
+          if (!kDrawLate || !kQAhead) producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
           producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, keys);
+          if (kDrawLate) {
+            next = draw_next();
+            if (kQAhead) producer.announce(params, smem, q_pipe, scheduler, next);
+          }
         } else if (!kQAhead) {
           producer.announce(params, smem, q_pipe, scheduler, t);  // no more tiles
         }
