@@ -121,20 +121,33 @@ inline constexpr bool kFp8VtInSmem = true;
 inline constexpr bool kFp8VtInSmem = false;
 #endif
 
-// Whether the producer of a dynamic (causal, general-mask) order draws its CTA's next
-// tile once the current tile's K/V loads are all out instead of as the tile starts (the
-// build's FA3_FWD_DRAW_LATE, off: not yet run on a GPU). A tile drawn early is held
-// through the whole current tile, and at the end of a call whose tiles differ in length
-// CTAs start long held tiles while others have run out of work: a model of the order
-// (132 CTAs, a tile's time its key blocks) leaves 1-6 % of the SMs' time idle that way
-// at head dims 128-256 causal, 0.2-2 % with the late draw. The backward measured the
-// same effect (docs/perf-log.md). The price: with two Q stages the next tile's Q is
-// then asked for a pipeline's depth of K/V blocks before it is needed, not a tile ahead.
-#ifdef FA3_FWD_DRAW_LATE
-inline constexpr bool kFwdDrawLate = true;
-#else
-inline constexpr bool kFwdDrawLate = false;
-#endif
+// When the producer of a dynamic (causal, general-mask) order draws its CTA's next tile:
+// -1 as the current tile starts, or L >= 0 once all but the last L of the current tile's
+// K/V blocks are loading. A tile drawn early is held through the whole current tile, and
+// at the end of a call whose tiles differ in length CTAs start long held tiles while
+// others have run out of work: a model of the order (132 CTAs, a tile's time its key
+// blocks) leaves 1-6 % of the SMs' time idle that way at head dims 128-256 causal, 0.2-2 %
+// drawn late. The price: the next tile's first loads (with two Q stages its Q) wait for
+// the draw. Measured per kernel head dim on bf16 causal calls, 512-16k keys, leads -1, 0,
+// 1, 2, 4 and 8, three runs (docs/perf-log.md): lead 0 at 64 (+2-4 % at 512 and 1k) and
+// 256 (+1-3 % at 512, 1k and 8k, level between); at 192 it loses 8 % at 512 keys and
+// gains 2-3 % from 4k; at 128 it gains 2.6 % at 512 and loses 1 % at 2k; at 96 it loses
+// 1-2.5 % from 1k to 4k. No lead of 1 to 8 hid the draw where lead 0 lost. FP8 kernels:
+// not measured.
+constexpr int fwd_draw_lead(int head_dim, int seqlen_k, bool fp8) {
+  if (fp8) return -1;
+  switch (head_dim) {
+    case 64:
+    case 256:
+      return 0;
+    case 128:
+      return seqlen_k <= 512 ? 0 : -1;
+    case 192:
+      return seqlen_k >= 4096 ? 0 : -1;
+    default:
+      return -1;
+  }
+}
 
 inline constexpr int kSmemLimitBytes = 227 * 1024;
 // Barriers and alignment padding on top of the operand buffers.

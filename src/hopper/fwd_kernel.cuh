@@ -72,6 +72,7 @@ struct FwdKernel {
     int num_m_blocks;
     int heads_per_group;  // tile order: (batch, head) pairs whose K/V share L2
     int* tile_counter;    // 0 at launch, left 0 (dynamic scheduler; hopper/tile_counter.h)
+    int draw_lead;        // dynamic orders: when the next tile is drawn (fwd_draw_lead)
     // V with its head dim contiguous, for the transpose in shared memory (Traits::kVtSmem);
     // a V whose keys are contiguous loads by tma_v.
     typename Traits::TmaVRows tma_v_rows;
@@ -166,8 +167,8 @@ struct FwdKernel {
   __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
                                  Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask) {
     constexpr bool kQAhead = Traits::kQStages > 1;
-    // A static order's next tile is known without a draw: only dynamic orders draw late.
-    constexpr bool kDrawLate = kFwdDrawLate && Scheduler::kDynamic;
+    // A static order's next tile is known without a draw: it is always taken first.
+    const int draw_lead = Scheduler::kDynamic ? params.draw_lead : -1;
     const bool leader = cute::elect_one_sync();
     if (leader) {
       cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
@@ -186,20 +187,26 @@ struct FwdKernel {
       int next = 0;
       if (leader) {
         if (valid) {
-          // Ask for the next tile first, its answer needed only after this one's first
-          // K/V loads, or with kDrawLate once this tile's K/V loads are all out
-          // (hopper/fwd_config.h's kFwdDrawLate); the next tile's Q follows the draw.
+          // The next tile is drawn as this one starts (draw_lead < 0), its answer needed
+          // only after this tile's first K/V loads, or once all but the last draw_lead
+          // of this tile's K/V blocks are loading (hopper/fwd_config.h's fwd_draw_lead);
+          // with two Q stages the next tile's Q follows the draw.
           const auto draw_next = [&] { return skip_empty(params, scheduler, scheduler.next(t, params.tile_counter)); };
-          if (!kDrawLate) next = draw_next();
+          if (draw_lead < 0) next = draw_next();
           const TileCoord tile = scheduler.coord(t);
           const BlockRange keys = tile_key_blocks(sequence_mask(params.p, mask, tile.batch), tile.m_block);
           producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
-          if (!kDrawLate || !kQAhead) producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
-          producer.load_rest_kv(params, smem, k_pipe, v_pipe, tile, keys);
-          if (kDrawLate) {
+          if (draw_lead < 0 || !kQAhead) producer.announce(params, smem, q_pipe, scheduler, kQAhead ? next : t);
+          // The blocks after the first, keys.end - 2 down to keys.begin; the last
+          // draw_lead of them are loaded after the draw.
+          const int rest = keys.end - 1 - keys.begin;
+          const int split = keys.begin + (draw_lead < 0 || rest <= 0 ? 0 : (draw_lead < rest ? draw_lead : rest));
+          producer.load_kv_blocks(params, smem, k_pipe, v_pipe, tile, BlockRange{split, keys.end - 1});
+          if (draw_lead >= 0) {
             next = draw_next();
             if (kQAhead) producer.announce(params, smem, q_pipe, scheduler, next);
           }
+          producer.load_kv_blocks(params, smem, k_pipe, v_pipe, tile, BlockRange{keys.begin, split});
         } else if (!kQAhead) {
           producer.announce(params, smem, q_pipe, scheduler, t);  // no more tiles
         }

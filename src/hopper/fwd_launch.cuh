@@ -135,6 +135,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       num_m_blocks,
       Kernel::Scheduler::kDynamic ? causal_heads_per_group(p, sizeof(Element), Traits::kBlockM, num_m_blocks) : 1,
       nullptr,
+      fwd_draw_lead(Traits::kHeadDim, p.seqlen_k, Traits::kFp8),
       {},
   };
   if constexpr (Traits::kVtSmem) {

@@ -42,9 +42,9 @@ struct FwdProducer {
   StageState<Traits::kQStages> q_state = QPipeline::producer_start();
 
   // A tile's K/V loads come in two parts: the first (last-in-order) K and V blocks,
-  // which only need ring stages, then the rest. The caller announces a tile's Q
-  // between the two, so that the first blocks are in flight while it waits for a Q
-  // buffer.
+  // which only need ring stages, then the rest (load_kv_blocks, in two ranges where the
+  // next tile is drawn between them). The caller announces a tile's Q between the two
+  // parts, so that the first blocks are in flight while it waits for a Q buffer.
   template <class Params>
   __device__ void load_first_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
                                 TileCoord tile, BlockRange keys) {
@@ -56,14 +56,17 @@ struct FwdProducer {
     });
   }
 
+  // Loads the K/V blocks of `blocks`, last to first (a tile's blocks after its first
+  // load, whole: only the first can end inside the sequence).
   template <class Params>
-  __device__ void load_rest_kv(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
-                               TileCoord tile, BlockRange keys) {
+  __device__ void load_kv_blocks(const Params& params, SharedStorage& smem, Pipeline& k_pipe, Pipeline& v_pipe,
+                                 TileCoord tile, BlockRange blocks) {
+    if (blocks.end <= blocks.begin) return;
     with_kv_tensors(params, smem, tile, [&](auto& tKgK, auto& tKsK, const auto& tma_v, auto& tVgV, auto& tVsV) {
       // Not unrolled: unrolled, the compiler keeps each copy's key offset live across
       // the loop, and the producer's few registers spill.
 #pragma unroll 1
-      for (int n = keys.end - 2; n >= keys.begin; --n) {
+      for (int n = blocks.end - 1; n >= blocks.begin; --n) {
         load_kv(params, smem, k_pipe, v_pipe, tKgK, tKsK, tma_v, tVgV, tVsV, n, Traits::kBlockN);
       }
     });

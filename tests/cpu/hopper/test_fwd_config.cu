@@ -194,5 +194,20 @@ TEST(FwdConfig, Fp8TilesFitAndKeepTheirRules) {
   EXPECT_EQ(fwd_smem_bytes(192, 192, {128, 128}, 2, 2, true, 1), 192 * kKB + kSmemReserveBytes);
 }
 
+// The next causal tile drawn late (lead 0) where bf16 calls measured faster with it:
+// head dims 64 and 256 at every length, 128 at up to 512 keys, 192 from 4k keys; drawn
+// as the current tile starts (-1) elsewhere and in the FP8 kernels, never measured.
+TEST(FwdConfig, NextTileDrawnLateWhereMeasured) {
+  for (int keys : {1, 512, 513, 2048, 4095, 4096, 16384}) {
+    SCOPED_TRACE("keys " + std::to_string(keys));
+    EXPECT_EQ(fwd_draw_lead(64, keys, false), 0);
+    EXPECT_EQ(fwd_draw_lead(96, keys, false), -1);
+    EXPECT_EQ(fwd_draw_lead(128, keys, false), keys <= 512 ? 0 : -1);
+    EXPECT_EQ(fwd_draw_lead(192, keys, false), keys >= 4096 ? 0 : -1);
+    EXPECT_EQ(fwd_draw_lead(256, keys, false), 0);
+    for (int d : {64, 96, 128, 192, 256}) EXPECT_EQ(fwd_draw_lead(d, keys, true), -1) << d;
+  }
+}
+
 }  // namespace
 }  // namespace fa3::hopper
