@@ -268,13 +268,15 @@ struct FwdConsumer {
   State k_state;
   State v_state;
 
-  // The FP8 kernels slice Q in shared memory (every Q·Kᵀ's A operand) by a warpgroup
-  // index that comes from a broadcast, which tells the compiler that it is warp-uniform:
-  // Q's descriptors are then built in uniform registers, where sliced per thread they
-  // were built in regular ones and moved over before every GEMM (two R2UR and two more
-  // instructions a GEMM; hdim 256 128x64 +2-5 %, docs/perf-log.md). The 16-bit kernels
-  // that read Q from shared memory (head dims 192 and 256) have not been measured with it.
-  static constexpr bool kUniformQ = Traits::kFp8;
+  // Kernels that read Q from shared memory (every Q·Kᵀ's A operand: the FP8 kernels and
+  // the 16-bit ones of head dims 192 and 256) slice it by a warpgroup index that comes
+  // from a broadcast, which tells the compiler that it is warp-uniform: Q's descriptors
+  // are then built in uniform registers, where sliced per thread they were built in
+  // regular ones and moved over before every GEMM (two R2UR and two more instructions a
+  // GEMM). Measured (docs/perf-log.md): FP8 hdim 256 128x64 +2-5 %; 16-bit hdim 192
+  // +0.5-3 %, 256 level to +1 % up to 4k keys. Kernels with Q in registers were not
+  // measured with it.
+  static constexpr bool kUniformQ = !Traits::kCfg.q_registers;
 
   __device__ explicit FwdConsumer(int consumer_thread)
       : tid(consumer_thread),
@@ -419,10 +421,10 @@ struct FwdConsumer {
       if constexpr (kQRegisters) {
         return make_tensor(q_frag.data(), q_frag.layout());
       } else {
-        // A warpgroup's Q is the same for its 128 threads: with kUniformQ it is sliced by
-        // the warpgroup's first thread.
+        // A warpgroup's Q is the same for its 128 threads: it is sliced by the warpgroup's
+        // first thread, a uniform index (kUniformQ).
         Tensor sQ_opaque = make_tensor(make_smem_ptr(arch::opaque(smem.q)), typename Traits::SmemLayoutQ{});
-        auto thr_q = mma_qk.get_thread_slice(kUniformQ ? wg * 128 : tid);
+        auto thr_q = mma_qk.get_thread_slice(wg * 128);
         return thr_q.partition_fragment_A(sQ_opaque)(_, _, _, q_stage);
       }
     };
