@@ -9,7 +9,10 @@ implementation: median of triton.testing.do_bench, or of CUDA-event timings with
 triton; L2 is flushed before each timed call. With --rounds N every implementation is
 timed N times per point, each round starting one implementation later, and the record
 holds the median: under the GPU's power cap a call's clocks depend on what ran before
-it, which a single pass in a fixed order turns into a bias of several percent.
+it, which a single pass in a fixed order turns into a bias of several percent. With
+--interleave the implementations of a point are timed in turns, one call of each per
+turn (medians per implementation), so that the clocks' drift during a measurement
+reaches them alike.
 
     python bench/bench_attention.py                       # the full forward sweep
     python bench/bench_attention.py --passes bwd          # the backward sweep
@@ -17,6 +20,7 @@ it, which a single pass in a fixed order turns into a bias of several percent.
     python bench/bench_attention.py --quick               # a few points, for a smoke test
     python bench/bench_attention.py --hdims 128 --seqlens 1024 8192 --causal yes
     python bench/bench_attention.py --passes bwd --impls fa3 flashattention3 cudnn --rounds 3
+    python bench/bench_attention.py --passes bwd --impls fa3 flashattention3 --rounds 5 --interleave
     python bench/bench_attention.py --dtypes e4m3 --hdims 128   # FP8 forward (FA3_GPU_FP8 build)
     python bench/bench_attention.py --dtypes e4m3 --fp8-scales descales --impls fa3 flashattention3
 
@@ -315,15 +319,55 @@ def round_order(impls, round_index):
     return impls[shift:] + impls[:shift]
 
 
-def time_in_rounds(calls, rounds, rep_ms, timer=None):
+def interleaved_medians(calls, rep_ms):
+    """{impl: median ms} for the calls {impl: call}, timed in turns: each turn times one
+    call of every implementation, in the dict's order, L2 flushed before each, for about
+    rep_ms of calls per implementation. The GPU's clocks drift under its power cap while
+    a point is measured (an H100's backward moved by up to 7 % from one call to the
+    next, docs/perf-log.md); timed in turns, the drift reaches every implementation
+    alike instead of whichever is timed last."""
+    flush = _l2_flush_buffer()
+    for fn in calls.values():
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for fn in calls.values():
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    turn_ms = max(start.elapsed_time(end), 1e-3)
+    turns = max(10, min(1000, int(rep_ms * len(calls) / turn_ms)))
+    events = {impl: [] for impl in calls}
+    for _ in range(turns):
+        for impl, fn in calls.items():
+            begin, finish = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush.zero_()
+            begin.record()
+            fn()
+            finish.record()
+            events[impl].append((begin, finish))
+    torch.cuda.synchronize()
+    return {impl: statistics.median(b.elapsed_time(f) for b, f in pairs) for impl, pairs in events.items()}
+
+
+def time_in_rounds(calls, rounds, rep_ms, timer=None, interleaved=None):
     """{impl: [ms of each round]} for the calls {impl: call}, `rounds` rounds in
-    round_order, each measurement a median_ms (or `timer`)."""
+    round_order, each measurement a median_ms (or `timer`); with `interleaved` (a
+    function like interleaved_medians) each round times the calls together, in turns,
+    in the round's order."""
     timer = timer or median_ms
     impls = list(calls)
     times = {impl: [] for impl in impls}
     for r in range(rounds):
-        for impl in round_order(impls, r):
-            times[impl].append(timer(calls[impl], rep_ms))
+        order = round_order(impls, r)
+        if interleaved is not None:
+            medians = interleaved({impl: calls[impl] for impl in order}, rep_ms)
+            for impl in order:
+                times[impl].append(medians[impl])
+        else:
+            for impl in order:
+                times[impl].append(timer(calls[impl], rep_ms))
     return times
 
 
@@ -509,11 +553,14 @@ def run_sweep(args, gpu):
             except (Unavailable, WrongResult) as e:
                 record["error"] = str(e)
         point_flops = flops(pass_, batch, nheads, seqlen, hdim, causal)
-        for impl, ms in time_in_rounds(calls, args.rounds, args.rep_ms).items():
+        interleaved = interleaved_medians if args.interleave else None
+        for impl, ms in time_in_rounds(calls, args.rounds, args.rep_ms, interleaved=interleaved).items():
             tflops = [point_flops / (m * 1e-3) / 1e12 for m in ms]
             point_records[impl]["tflops"] = statistics.median(tflops)
             if args.rounds > 1:
                 point_records[impl]["tflops_rounds"] = tflops
+            if args.interleave:
+                point_records[impl]["timing"] = "interleaved"
         records.extend(point_records.values())
         del calls
         del q, k, v, dout, get_reference
@@ -629,6 +676,12 @@ def parse_args(argv=None):
         default=1,
         help="time every implementation this many times per point, each round in another order; "
         "records carry the median (and tflops_rounds)",
+    )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="time a point's implementations in turns, one call of each per turn, so that a drift of "
+        "the GPU's clocks reaches all of them alike (records get timing: interleaved)",
     )
     parser.add_argument(
         "--quick",

@@ -94,6 +94,22 @@ def test_rounds_time_every_call_once_per_round_in_round_order():
         bench_attention.parse_args(["--rounds", "0"])
 
 
+def test_interleaved_rounds_time_all_calls_together_in_round_order():
+    turns = []
+
+    def interleaved(calls, rep_ms):
+        assert rep_ms == 7
+        turns.append([call() for call in calls.values()])
+        return {name: float(len(turns)) + i / 10 for i, name in enumerate(calls)}
+
+    calls = {name: (lambda name=name: name) for name in ("a", "b", "c")}
+    times = bench_attention.time_in_rounds(calls, 3, rep_ms=7, interleaved=interleaved)
+    assert turns == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert times == {"a": [1.0, 2.2, 3.1], "b": [1.1, 2.0, 3.2], "c": [1.2, 2.1, 3.0]}
+    assert bench_attention.parse_args(["--interleave"]).interleave
+    assert not bench_attention.parse_args([]).interleave
+
+
 def test_per_head_descales_map_each_heads_largest_value_to_e4m3s_largest():
     import torch
 
