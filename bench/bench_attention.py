@@ -261,25 +261,7 @@ def _l2_flush_buffer():
 
 def _median_ms_cuda_events(fn, rep_ms):
     """What do_bench does, with CUDA events: L2 flushed before each timed call."""
-    flush = _l2_flush_buffer()
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    iters = max(10, min(1000, int(rep_ms / max(start.elapsed_time(end) / 5, 1e-3))))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for begin, finish in events:
-        flush.zero_()
-        begin.record()
-        fn()
-        finish.record()
-    torch.cuda.synchronize()
-    times = sorted(b.elapsed_time(f) for b, f in events)
-    return times[len(times) // 2]
+    return interleaved_medians({"call": fn}, rep_ms)["call"]
 
 
 def flops(pass_, batch, nheads, seqlen, hdim, causal):
@@ -332,11 +314,12 @@ def interleaved_medians(calls, rep_ms):
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for fn in calls.values():
-        fn()
+    for _ in range(5):
+        for fn in calls.values():
+            fn()
     end.record()
     torch.cuda.synchronize()
-    turn_ms = max(start.elapsed_time(end), 1e-3)
+    turn_ms = max(start.elapsed_time(end) / 5, 1e-3)
     turns = max(10, min(1000, int(rep_ms * len(calls) / turn_ms)))
     events = {impl: [] for impl in calls}
     for _ in range(turns):
