@@ -12,7 +12,9 @@ slower kernel from a GPU left in another state by what ran before it:
     python bench/timing_methods.py --impls fa3 flashattention3 fwd:128:causal:4096 bwd:64:causal:16384
 
 A point is PASS:HDIM:MASK:SEQLEN (MASK causal or none), on the sweep's shapes (16k
-tokens, hidden size 2048, bf16). docs/perf-log.md (2026-12-06) has a run.
+tokens, hidden size 2048). --dtype e4m3 times FP8 forward calls with one descale per
+(batch, head), as the sweep's --fp8-scales descales and FlashAttention-3 take them.
+docs/perf-log.md (2026-12-06) has a run.
 """
 
 import argparse
@@ -47,8 +49,12 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     impls = sorted(name for name in bench_attention.IMPLS if name != "cublas-fp8")
     parser.add_argument("--impls", nargs="+", choices=impls, default=["fa3", "flashattention3"])
+    parser.add_argument("--dtype", choices=["bf16", "fp16", "e4m3"], default="bf16")
     parser.add_argument("points", nargs="+", type=parse_point)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.dtype == "e4m3" and any(point[0] == "bwd" for point in args.points):
+        parser.error("--dtype e4m3: forward points only")
+    return args
 
 
 def in_turns(calls, sleep_cycles):
@@ -104,18 +110,25 @@ def main(argv=None):
     for pass_, hdim, causal, seqlen in args.points:
         batch, nheads = max(1, bench_attention.TOKENS // seqlen), bench_attention.HIDDEN // hdim
         gen = torch.Generator(device="cuda").manual_seed(0)
+        drawn = torch.bfloat16 if args.dtype == "e4m3" else bench_attention.DTYPES[args.dtype]
         q, k, v, dout = (
-            torch.randn(batch, seqlen, nheads, hdim, generator=gen, device="cuda", dtype=torch.bfloat16)
-            for _ in range(4)
+            torch.randn(batch, seqlen, nheads, hdim, generator=gen, device="cuda", dtype=drawn) for _ in range(4)
         )
-        calls = {impl: bench_attention.timed_call(impl, pass_, q, k, v, causal, dout)[0] for impl in args.impls}
+        fp8 = {}
+        if args.dtype == "e4m3":
+            (q, q_descale), (k, k_descale), (v, v_descale) = (bench_attention.quantize_per_head(t) for t in (q, k, v))
+            fp8 = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+        calls = {
+            impl: bench_attention.timed_call(impl, pass_, q, k, v, causal, dout, **fp8)[0] for impl in args.impls
+        }
         for fn in calls.values():
             fn()
         torch.cuda.synchronize()
         sweep = [in_turns(calls, 0) for _ in range(REPEATS)]
         idle = [in_turns(calls, SLEEP_CYCLES) for _ in range(REPEATS)]
         flop = bench_attention.flops(pass_, batch, nheads, seqlen, hdim, causal)
-        print(f"== {pass_} hdim {hdim} {'causal' if causal else 'none'} {seqlen} (batch {batch} x {nheads} heads)")
+        mask = "causal" if causal else "none"
+        print(f"== {pass_} {args.dtype} hdim {hdim} {mask} {seqlen} (batch {batch} x {nheads} heads)")
         for impl, fn in calls.items():
             ms_sweep = statistics.median(r[impl] for r in sweep)
             ms_idle = statistics.median(r[impl] for r in idle)

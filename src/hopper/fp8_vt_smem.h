@@ -1,4 +1,4 @@
-// fa3 — how two warps transpose a stage of e4m3 V into Vᵀ in shared memory
+// fa3 — how the transposing warps turn a stage of e4m3 V into Vᵀ in shared memory
 // (FwdConfig::vt_smem, hopper/fwd_vt_transpose.cuh): which row each lane points
 // ldmatrix and stmatrix at, and which bytes each byte_perm picks. Host and device code,
 // so that a CPU test can run the same maps through the PTX ISA's fragment rules.

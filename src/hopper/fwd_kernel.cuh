@@ -118,8 +118,9 @@ struct FwdKernel {
       } else if (warp == 1 && FwdEpilogue<Traits>::kStoreWarp) {
         FwdEpilogue<Traits>::run_store_warp(params, smem);
       } else if constexpr (Traits::kVtSmem) {
-        if (warp >= 2 && warp < 2 + Traits::kTransposeWarps) {
-          FwdVtTranspose<Traits>::run(params.p, smem, v_landed_pipe, v_pipe, static_cast<int>(threadIdx.x) - 64);
+        if (warp >= Traits::kFirstTransposeWarp) {
+          FwdVtTranspose<Traits>::run(params.p, smem, v_landed_pipe, v_pipe,
+                                      static_cast<int>(threadIdx.x) - 32 * Traits::kFirstTransposeWarp);
         }
       }
     } else {

@@ -61,10 +61,14 @@ struct FwdTraits {
   static constexpr int kConsumerThreads = 128 * kConsumerWGs;
   static constexpr int kThreads = kCfg.threads();
   static constexpr int kCluster = kCfg.cluster_m;
-  // FP8 kernels that transpose V in shared memory (FwdConfig::vt_smem): two warps of the
-  // producer warpgroup (hopper/fwd_vt_transpose.cuh).
+  // FP8 kernels that transpose V in shared memory (FwdConfig::vt_smem): the producer
+  // warpgroup's last warps (hopper/fwd_vt_transpose.cuh). Warp 0 issues the loads and,
+  // where O leaves through its own buffer, warp 1 stores it; where O leaves from the
+  // consumers' registers warp 1 has no role and transposes too, which shortens each
+  // stage's transpose from kDV / 64 chunk rows a warp to kDV / 96.
   static constexpr bool kVtSmem = kCfg.vt_smem;
-  static constexpr int kTransposeWarps = 2;
+  static constexpr int kTransposeWarps = kCfg.o_store == OStore::kOwnBuffer ? 2 : 3;
+  static constexpr int kFirstTransposeWarp = 4 - kTransposeWarps;
   static constexpr int kTransposeThreads = 32 * kTransposeWarps;
   static_assert(!kVtSmem || (kFp8 && kCluster == 1),
                 "V is transposed in shared memory by FP8 kernels without a cluster");

@@ -1,7 +1,8 @@
-// fa3 — the FP8 forward's transpose of V in shared memory (FwdConfig::vt_smem): two warps
-// of the producer warpgroup turn each stage of V, as TMA lands it, into the Vᵀ stage the
-// P·V GEMM reads (FP8 wgmma reads its B operand K-major only), so that an FP8 call needs
-// no pass over V before the kernel and no workspace.
+// fa3 — the FP8 forward's transpose of V in shared memory (FwdConfig::vt_smem): two or
+// three warps of the producer warpgroup (Traits::kTransposeWarps) turn each stage of V,
+// as TMA lands it, into the Vᵀ stage the P·V GEMM reads (FP8 wgmma reads its B operand
+// K-major only), so that an FP8 call needs no pass over V before the kernel and no
+// workspace.
 //
 // Two rings: the producer's TMA fills V's (v_landed_pipe), whose stages these warps
 // release once read; they fill Vᵀ's (v_pipe), which the consumers wait for and release

@@ -24,6 +24,12 @@ def test_malformed_points_are_refused(bad):
         timing_methods.parse_args([bad])
 
 
+def test_e4m3_takes_forward_points_only():
+    assert timing_methods.parse_args(["--dtype", "e4m3", "fwd:256:none:2048"]).dtype == "e4m3"
+    with pytest.raises(SystemExit):
+        timing_methods.parse_args(["--dtype", "e4m3", "fwd:256:none:2048", "bwd:256:none:2048"])
+
+
 def test_the_fp8_gemm_yardstick_is_not_an_attention():
     with pytest.raises(SystemExit):
         timing_methods.parse_args(["--impls", "cublas-fp8", "fwd:128:none:512"])

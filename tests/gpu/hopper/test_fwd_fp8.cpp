@@ -621,11 +621,11 @@ TEST(Fp8ForwardKernel, GrowingMaxAndChangingVScales) {
 // workspace reads it along its keys, or TMA lands it as Vᵀ for the transpose in shared
 // memory, and the result is bitwise the row-major v's. Its rows of keys are 1008 codes
 // apart (16-byte multiples, which TMA needs); with the transpose in shared memory a v of
-// 1000-code rows is refused, naming the stride, with nothing written.
-TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
-  FA3_REQUIRE_HOPPER();
-  if (!built(DType::kBFloat16)) GTEST_SKIP() << "no FP8 kernel with bf16 out at head dim 128 (FA3_GPU_FP8, FA3_DTYPES)";
-  const std::int64_t b = 2, sq = 300, sk = 1000, sk_row = 1008, hq = 8, hkv = 2, d = 128;
+// 1000-code rows is refused, naming the stride, with nothing written. At every built
+// head dim: the kernels transpose with two warps or three (Traits::kTransposeWarps).
+void check_v_with_its_keys_contiguous(std::int64_t d) {
+  SCOPED_TRACE("hdim " + std::to_string(d));
+  const std::int64_t b = 2, sq = 300, sk = 1000, sk_row = 1008, hq = 8, hkv = 2;
   std::mt19937_64 rng(77);
   std::normal_distribution<float> normal;
   auto codes = [&](std::int64_t n) {
@@ -693,6 +693,13 @@ TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
       EXPECT_TRUE(out.to_host() == untouched) << "a refused call wrote out";
     }
   }
+}
+
+TEST(Fp8ForwardKernel, VWithItsKeysContiguousGivesTheSameBytes) {
+  FA3_REQUIRE_HOPPER();
+  const std::vector<std::int64_t> dims = built_head_dims(DType::kBFloat16);
+  if (dims.empty()) GTEST_SKIP() << "no FP8 kernel with bf16 out (FA3_GPU_FP8, FA3_DTYPES)";
+  for (const std::int64_t d : dims) check_v_with_its_keys_contiguous(d);
 }
 
 }  // namespace
