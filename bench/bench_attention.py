@@ -123,9 +123,12 @@ def sdpa(backend):
             raise NotImplementedError("no e4m3 inputs")
         # SDPA takes (batch, nheads, seqlen, hdim): transposed views of the same
         # memory (no copies), the layout FlashAttention-2 and cuDNN read natively.
+        # GQA/MQA (fewer K/V heads than query heads): SDPA's enable_gqa, which its
+        # backends that take it read without a copy.
+        gqa = {"enable_gqa": True} if k.shape[2] != q.shape[2] else {}
         with sdpa_kernel(backend):
             out = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, **gqa
             )
         return out.transpose(1, 2)
 
@@ -367,8 +370,16 @@ def _head_chunks(q, elements_per_step):
             yield b, h0, min(h0 + heads_per_step, nheads)
 
 
+def _kv_for_each_query_head(t, nheads):
+    """k or v (b, s, nheads_k, d) with each head repeated for its group of query heads
+    (GQA/MQA: query head h reads K/V head h // (nheads / nheads_k))."""
+    group = nheads // t.shape[2]
+    return t if group == 1 else t.repeat_interleave(group, dim=2)
+
+
 def fp32_reference(q, k, v, causal):
     """fp32 attention, computed a few heads at a time to bound the score matrix's memory."""
+    k, v = (_kv_for_each_query_head(t, q.shape[2]) for t in (k, v))
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     for b, h0, h1 in _head_chunks(q, 2**30):
         qs, ks, vs = (t[b, :, h0:h1].float().transpose(0, 1) for t in (q, k, v))
@@ -379,7 +390,10 @@ def fp32_reference(q, k, v, causal):
 
 def fp32_reference_grads(q, k, v, causal, dout):
     """(dq, dk, dv) of fp32 attention, a few heads at a time; the math backend keeps
-    several score-sized tensors for its backward, hence the smaller steps."""
+    several score-sized tensors for its backward, hence the smaller steps. With GQA/MQA
+    a K/V head's gradients sum over its query heads."""
+    nheads_k = k.shape[2]
+    k, v = (_kv_for_each_query_head(t, q.shape[2]) for t in (k, v))
     grads = tuple(torch.empty(t.shape, dtype=torch.float32, device=t.device) for t in (q, k, v))
     for b, h0, h1 in _head_chunks(q, 2**28):
         # Leaves in (seqlen, heads, hdim), so that the gradients come back in that layout.
@@ -389,7 +403,9 @@ def fp32_reference_grads(q, k, v, causal, dout):
         chunk_grads = torch.autograd.grad(out.transpose(0, 1), leaves, dout[b, :, h0:h1].float())
         for whole, part in zip(grads, chunk_grads):
             whole[b, :, h0:h1] = part
-    return grads
+    dq, dk, dv = grads
+    b, s, h, d = dk.shape
+    return (dq,) + tuple(g.view(b, s, nheads_k, h // nheads_k, d).sum(dim=3) for g in (dk, dv))
 
 
 def results(impl, pass_, q, k, v, causal, dout, **fp8):

@@ -131,3 +131,26 @@ def test_descale_runs_are_named_apart():
     assert json_stem.endswith("-descales") and png_stem.endswith("-descales")
     assert not bench_attention.output_stems(bench_attention.parse_args(["--dtypes", "e4m3"]), "NVIDIA H200")[0].endswith(
         "-descales")
+
+
+@pytest.mark.parametrize("nheads_kv", [4, 2, 1])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp32_references_read_each_query_heads_kv_head(nheads_kv, causal):
+    # The fallback references of GQA/MQA points (bench_models.py's shapes), on the CPU:
+    # against the float64 reference of the accuracy rule, gradients summed per K/V head.
+    # (SDPA's causal mask is top-left aligned: the sweep's points are square.)
+    import torch
+    from attention_reference import reference, reference_grads
+
+    gen = torch.Generator().manual_seed(3)
+    q, dout = (torch.randn(2, 37, 4, 16, generator=gen) for _ in range(2))
+    seqlen_k = 37 if causal else 45
+    k, v = (torch.randn(2, seqlen_k, nheads_kv, 16, generator=gen) for _ in range(2))
+    out = bench_attention.fp32_reference(q, k, v, causal)
+    want, _ = reference(q, k, v, dtype=torch.float64, causal=causal)
+    assert torch.allclose(out.double(), want, atol=1e-5)
+    grads = bench_attention.fp32_reference_grads(q, k, v, causal, dout)
+    wants = reference_grads(q, k, v, dout, dtype=torch.float64, causal=causal)
+    for got, expected in zip(grads, wants):
+        assert got.shape == expected.shape
+        assert torch.allclose(got.double(), expected, atol=1e-4)
