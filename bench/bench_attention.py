@@ -304,13 +304,15 @@ def round_order(impls, round_index):
     return impls[shift:] + impls[:shift]
 
 
-def interleaved_medians(calls, rep_ms):
+def interleaved_medians(calls, rep_ms, idle_cycles=0):
     """{impl: median ms} for the calls {impl: call}, timed in turns: each turn times one
     call of every implementation, in the dict's order, L2 flushed before each, for about
     rep_ms of calls per implementation. The GPU's clocks drift under its power cap while
     a point is measured (an H100's backward moved by up to 7 % from one call to the
     next, docs/perf-log.md); timed in turns, the drift reaches every implementation
-    alike instead of whichever is timed last."""
+    alike instead of whichever is timed last. idle_cycles > 0 queues a sleep kernel of
+    that many cycles before each flush (bench/timing_methods.py: the GPU idle a moment
+    before every call)."""
     flush = _l2_flush_buffer()
     for fn in calls.values():
         fn()
@@ -328,6 +330,8 @@ def interleaved_medians(calls, rep_ms):
     for _ in range(turns):
         for impl, fn in calls.items():
             begin, finish = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if idle_cycles:
+                torch.cuda._sleep(idle_cycles)
             flush.zero_()
             begin.record()
             fn()
@@ -494,6 +498,36 @@ def impls_for(pass_, dtype, args):
     return args.impls + extra
 
 
+def measure_point(impls, base, pass_, q, k, v, causal, dout, get_reference, point_flops, args, **fp8):
+    """{impl: record} of one point: `base`'s fields, each fa3 variant's check against
+    get_reference(), and TFLOP/s (point_flops over the median time) of every
+    implementation that can run it, timed in args.rounds rounds (args.interleave: in
+    turns); an implementation that cannot run it, or an fa3 variant that fails its
+    check, gets "error" instead. `fp8`: the e4m3 inputs' scale arguments."""
+    records, calls = {}, {}
+    for impl in impls:
+        record = records[impl] = dict(base, impl=impl, tflops=None)
+        try:
+            if fp8 and pass_ == "bwd":
+                raise Unavailable("e4m3: forward only")
+            checked = {}
+            if impl.startswith("fa3"):
+                checked = check(impl, pass_, q, k, v, causal, dout, get_reference, **fp8)
+            calls[impl], extra = timed_call(impl, pass_, q, k, v, causal, dout, **fp8)
+            record.update(checked, **extra)
+        except (Unavailable, WrongResult) as e:
+            record["error"] = str(e)
+    interleaved = interleaved_medians if args.interleave else None
+    for impl, ms in time_in_rounds(calls, args.rounds, args.rep_ms, interleaved=interleaved).items():
+        tflops = [point_flops / (m * 1e-3) / 1e12 for m in ms]
+        records[impl]["tflops"] = statistics.median(tflops)
+        if args.rounds > 1:
+            records[impl]["tflops_rounds"] = tflops
+        if args.interleave:
+            records[impl]["timing"] = "interleaved"
+    return records
+
+
 def run_sweep(args, gpu):
     points = [
         (pass_, dtype, hdim, causal, seqlen)
@@ -538,30 +572,11 @@ def run_sweep(args, gpu):
             get_reference = functools.cache(lambda: ((fp32_reference(*dequantized, causal),), "fp32"))
         else:
             get_reference = functools.cache(functools.partial(reference, pass_, q, k, v, causal, dout))
-        point_records, calls = {}, {}
-        for impl in impls_for(pass_, dtype, args):
-            record = point_records[impl] = dict(base, impl=impl, tflops=None)
-            try:
-                if fp8 and pass_ == "bwd":
-                    raise Unavailable("e4m3: forward only")
-                checked = {}
-                if impl.startswith("fa3"):
-                    checked = check(impl, pass_, q, k, v, causal, dout, get_reference, **fp8)
-                calls[impl], extra = timed_call(impl, pass_, q, k, v, causal, dout, **fp8)
-                record.update(checked, **extra)
-            except (Unavailable, WrongResult) as e:
-                record["error"] = str(e)
         point_flops = flops(pass_, batch, nheads, seqlen, hdim, causal)
-        interleaved = interleaved_medians if args.interleave else None
-        for impl, ms in time_in_rounds(calls, args.rounds, args.rep_ms, interleaved=interleaved).items():
-            tflops = [point_flops / (m * 1e-3) / 1e12 for m in ms]
-            point_records[impl]["tflops"] = statistics.median(tflops)
-            if args.rounds > 1:
-                point_records[impl]["tflops_rounds"] = tflops
-            if args.interleave:
-                point_records[impl]["timing"] = "interleaved"
+        point_records = measure_point(
+            impls_for(pass_, dtype, args), base, pass_, q, k, v, causal, dout, get_reference, point_flops, args, **fp8
+        )
         records.extend(point_records.values())
-        del calls
         del q, k, v, dout, get_reference
         torch.cuda.empty_cache()
     return records

@@ -16,7 +16,6 @@ import argparse
 import datetime
 import functools
 import json
-import statistics
 import sys
 from collections import namedtuple
 from pathlib import Path
@@ -86,28 +85,11 @@ def run(args, gpu):
             get_reference = functools.cache(
                 functools.partial(bench_attention.reference, pass_, q, k, v, shape.causal, dout)
             )
-            point, calls = {}, {}
-            for impl in args.impls:
-                record = point[impl] = dict(base, impl=impl, tflops=None)
-                try:
-                    checked = {}
-                    if impl == "fa3":
-                        checked = bench_attention.check(impl, pass_, q, k, v, shape.causal, dout, get_reference)
-                    calls[impl], extra = bench_attention.timed_call(impl, pass_, q, k, v, shape.causal, dout)
-                    record.update(checked, **extra)
-                except (bench_attention.Unavailable, bench_attention.WrongResult) as e:
-                    record["error"] = str(e)
-            interleaved = bench_attention.interleaved_medians if args.interleave else None
-            timed = bench_attention.time_in_rounds(calls, args.rounds, args.rep_ms, interleaved=interleaved)
-            for impl, ms in timed.items():
-                tflops = [flops(pass_, shape) / (m * 1e-3) / 1e12 for m in ms]
-                point[impl]["tflops"] = statistics.median(tflops)
-                if args.rounds > 1:
-                    point[impl]["tflops_rounds"] = tflops
-                if args.interleave:
-                    point[impl]["timing"] = "interleaved"
+            point = bench_attention.measure_point(
+                args.impls, base, pass_, q, k, v, shape.causal, dout, get_reference, flops(pass_, shape), args
+            )
             records.extend(point.values())
-            del calls, q, k, v, dout, get_reference
+            del q, k, v, dout, get_reference
             torch.cuda.empty_cache()
     return records
 

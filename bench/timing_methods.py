@@ -1,8 +1,8 @@
 """Times the same calls of several implementations four ways, in one process, to tell a
 slower kernel from a GPU left in another state by what ran before it:
 
-- sweep: bench_attention.py's method: L2 flushed before each call, events around it,
-  the implementations in turns;
+- sweep: bench_attention.py's --interleave method (interleaved_medians): L2 flushed
+  before each call, events around it, the implementations in turns;
 - idle-before: the same with a sleep kernel queued before each flush (about 2 ms at the
   H100's clock), so that the GPU is idle a moment before every call and the host is
   always ahead of it;
@@ -31,7 +31,7 @@ import bench_attention  # noqa: E402
 
 SLEEP_CYCLES = 4_000_000  # about 2 ms at 1.98 GHz
 HOST_SLEEP_CYCLES = 200_000_000  # about 100 ms: longer than the host's enqueues below
-TURNS = 30
+REP_MS = 200  # per implementation and repeat, as the sweep's default
 REPEATS = 3
 
 
@@ -55,24 +55,6 @@ def parse_args(argv=None):
     if args.dtype == "e4m3" and any(point[0] == "bwd" for point in args.points):
         parser.error("--dtype e4m3: forward points only")
     return args
-
-
-def in_turns(calls, sleep_cycles):
-    """{impl: median ms}: TURNS turns, one flushed call of each implementation a turn."""
-    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
-    events = {impl: [] for impl in calls}
-    for _ in range(TURNS):
-        for impl, fn in calls.items():
-            if sleep_cycles:
-                torch.cuda._sleep(sleep_cycles)
-            flush.zero_()
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            fn()
-            end.record()
-            events[impl].append((begin, end))
-    torch.cuda.synchronize()
-    return {impl: statistics.median(b.elapsed_time(e) for b, e in pairs) for impl, pairs in events.items()}
 
 
 def kernel_ms(fn, calls=5):
@@ -124,8 +106,8 @@ def main(argv=None):
         for fn in calls.values():
             fn()
         torch.cuda.synchronize()
-        sweep = [in_turns(calls, 0) for _ in range(REPEATS)]
-        idle = [in_turns(calls, SLEEP_CYCLES) for _ in range(REPEATS)]
+        sweep = [bench_attention.interleaved_medians(calls, REP_MS) for _ in range(REPEATS)]
+        idle = [bench_attention.interleaved_medians(calls, REP_MS, SLEEP_CYCLES) for _ in range(REPEATS)]
         flop = bench_attention.flops(pass_, batch, nheads, seqlen, hdim, causal)
         mask = "causal" if causal else "none"
         print(f"== {pass_} {args.dtype} hdim {hdim} {mask} {seqlen} (batch {batch} x {nheads} heads)")

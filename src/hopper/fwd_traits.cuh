@@ -63,9 +63,9 @@ struct FwdTraits {
   static constexpr int kCluster = kCfg.cluster_m;
   // FP8 kernels that transpose V in shared memory (FwdConfig::vt_smem): the producer
   // warpgroup's last warps (hopper/fwd_vt_transpose.cuh). Warp 0 issues the loads and,
-  // where O leaves through its own buffer, warp 1 stores it; where O leaves from the
-  // consumers' registers warp 1 has no role and transposes too, which shortens each
-  // stage's transpose from kDV / 64 chunk rows a warp to kDV / 96.
+  // where O leaves through its own buffer, warp 1 stores it; where the consumers store O
+  // themselves (from registers or through Q's buffer) warp 1 has no role and transposes
+  // too, which shortens each stage's transpose from kDV / 64 chunk rows a warp to kDV / 96.
   static constexpr bool kVtSmem = kCfg.vt_smem;
   static constexpr int kTransposeWarps = kCfg.o_store == OStore::kOwnBuffer ? 2 : 3;
   static constexpr int kFirstTransposeWarp = 4 - kTransposeWarps;

@@ -154,3 +154,34 @@ def test_fp32_references_read_each_query_heads_kv_head(nheads_kv, causal):
     for got, expected in zip(grads, wants):
         assert got.shape == expected.shape
         assert torch.allclose(got.double(), expected, atol=1e-4)
+
+
+def test_a_point_checks_fa3_times_what_runs_and_records_why_the_rest_cannot(monkeypatch):
+    # measure_point, shared by the sweep and bench_models.py, with the GPU parts faked.
+    checked = []
+
+    def fake_check(impl, *args, **fp8):
+        checked.append(impl)
+        return {"rel_err": 1e-3, "reference": "cudnn"}
+
+    def fake_timed_call(impl, *args, **fp8):
+        if impl == "fa2":
+            raise bench_attention.Unavailable("NotImplementedError: no")
+        return (lambda: None), {}
+
+    monkeypatch.setattr(bench_attention, "check", fake_check)
+    monkeypatch.setattr(bench_attention, "timed_call", fake_timed_call)
+    monkeypatch.setattr(bench_attention, "time_in_rounds",
+                        lambda calls, rounds, rep_ms, interleaved=None: {i: [2.0, 1.0][:rounds] for i in calls})
+    args = SimpleNamespace(rounds=2, rep_ms=10, interleave=True)
+    records = bench_attention.measure_point(
+        ["fa3", "cudnn", "fa2"], {"pass": "fwd"}, "fwd", None, None, None, True, None, None, 3e9, args
+    )
+    assert checked == ["fa3"]
+    assert records["fa3"]["rel_err"] == 1e-3 and records["fa3"]["tflops"] == 2.25
+    assert records["cudnn"]["tflops_rounds"] == [1.5, 3.0] and records["cudnn"]["timing"] == "interleaved"
+    assert records["fa2"]["tflops"] is None and records["fa2"]["error"].startswith("NotImplementedError")
+    fp8_bwd = bench_attention.measure_point(
+        ["fa3"], {"pass": "bwd"}, "bwd", None, None, None, True, None, None, 3e9, args, q_descale=1
+    )
+    assert fp8_bwd["fa3"]["error"] == "e4m3: forward only"
