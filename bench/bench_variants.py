@@ -19,6 +19,13 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
                a variant "qkQKvV" against "hdimQK"; same batch, seqlen and 16 heads.
                The backward runs a pair on the kernel of its larger head dim.
                Skipped, with a note, when the build has no kernel for the pair
+  varlen       a packed batch of sequences of mixed lengths (--varlen-lengths, default
+               100 to 4096, drawn log-uniformly from a fixed seed, 16384 tokens in all)
+               through flash_attn_varlen_func, against the fixed-length call of equal
+               work and tokens (variant "fixedSxB": B sequences of S tokens, S the
+               lengths' mean weighted by length, rounded to a multiple of 128); same
+               head dim and heads. Skipped, with a note, when the build runs varlen
+               calls on the CPU
 
 FLOPs count the visible (query, key) pairs exactly (2 * pairs * (hdim + hdim_v) per
 head for the forward: S = QK^T costs hdim, O = PV hdim_v, 4 * pairs * hdim when they
@@ -27,17 +34,21 @@ attention's, and its speedup over full attention is in the table. Timing as in
 bench_attention.py (triton's do_bench median, L2 flushed). Every variant's output is
 first checked against an fp32 reference on a slice of heads. Writes
 <out-dir>/<YYYY-MM-DD>-<gpu>-variants.json (records: impl, pass, variant, dtype, hdim,
-hdim_v, causal, seqlen, batch, nheads, ms, tflops, gpu).
+hdim_v, causal, seqlen, batch, nheads, ms, tflops, gpu; a varlen record's seqlen is its
+longest sequence, its batch 1 and its lengths in "lengths").
 
     python bench/bench_variants.py
     python bench/bench_variants.py --seqlen 8192 --hdim 64 --passes fwd
     python bench/bench_variants.py --passes fwd --head-dim-v-pairs 192:128,64:256
+    python bench/bench_variants.py --varlen-lengths 512:8192
 """
 
 import argparse
 import datetime
 import functools
 import json
+import math
+import random
 import sys
 from pathlib import Path
 
@@ -298,6 +309,96 @@ def run_head_dim_pairs(args, gpu):
     return records
 
 
+def mixed_lengths(total, low, high, seed=0):
+    """Sequence lengths log-uniform in [low, high] from `seed`, summing to `total`. A
+    draw that would leave less than `low` takes the rest with it where that stays within
+    `high`, and leaves exactly `low` otherwise; so with high >= 2 * low every length is
+    within [low, high]."""
+    if not 0 < low <= high or total < low:
+        raise ValueError(f"cannot cut {total} tokens into sequences of {low} to {high}")
+    rng = random.Random(seed)
+    lengths = []
+    left = total
+    while left > 0:
+        length = min(round(math.exp(rng.uniform(math.log(low), math.log(high)))), left)
+        rest = left - length
+        if 0 < rest < low:  # too little left for a sequence of its own: take it now
+            length = left if left <= high else left - low
+        lengths.append(length)
+        left -= length
+    return lengths
+
+
+def equal_work_shape(lengths, causal):
+    """(seqlen, batch) of a fixed-length call with the work and tokens of `lengths`:
+    seqlen is the lengths' mean weighted by length (the length whose square, times the
+    token count over it, gives the same (query, key) pairs), rounded to a multiple of
+    128, and batch the token count over it."""
+    tokens = sum(lengths)
+    pairs = sum(visible_pairs(n, causal, (-1, -1)) for n in lengths)
+    mean = (2 * pairs / tokens - 1) if causal else pairs / tokens
+    seqlen = max(128, round(mean / 128) * 128)
+    return seqlen, max(1, round(tokens / seqlen))
+
+
+def run_varlen(args, gpu):
+    """A packed batch of mixed lengths through flash_attn_varlen_func, against the
+    fixed-length call of equal work and tokens, forward and backward."""
+    if not fa3.build_info().get("gpu_varlen", False):
+        print("bench_variants: skipping varlen: this build runs varlen calls on the CPU", file=sys.stderr)
+        return []
+    low, high = args.varlen_lengths
+    lengths = mixed_lengths(TOKENS, low, high)
+    hdim, nheads, dtype = args.hdim, HIDDEN // args.hdim, torch.bfloat16
+    longest = max(lengths)
+    cu_seqlens = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
+    records = []
+    for causal in (False, True):
+        q, k, v, dout = (torch.randn(TOKENS, nheads, hdim, device="cuda", dtype=dtype) for _ in range(4))
+
+        def varlen(q=q, k=k, v=v, causal=causal):
+            return fa3.flash_attn_varlen_func(
+                q, k, v, cu_seqlens, cu_seqlens, longest, longest, causal=causal
+            )
+
+        out = varlen()
+        # Each of the shortest, a middle and the longest sequence against the reference.
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        err = 0.0
+        for i in {order[0], order[len(order) // 2], order[-1]}:
+            rows = slice(int(cu_seqlens[i]), int(cu_seqlens[i + 1]))
+            one = [t[rows][None] for t in (out, q, k, v)]
+            err = max(err, check(*one, causal, (-1, -1), 0.0, None))
+        pairs = sum(visible_pairs(n, causal, (-1, -1)) for n in lengths)
+        seqlen, batch = equal_work_shape(lengths, causal)
+        fq, fk, fv, fdout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=dtype) for _ in range(4))
+
+        def fixed_call(q=fq, k=fk, v=fv, causal=causal):
+            return fa3.flash_attn_func(q, k, v, causal=causal)
+
+        fixed_err = check(fixed_call(), fq, fk, fv, causal, (-1, -1), 0.0, None)
+        baseline = f"fixed{seqlen}x{batch}"
+        calls = [
+            (varlen, (q, k, v), dout, err, "varlen", dict(seqlen=longest, batch=1, pairs=pairs), lengths),
+            (fixed_call, (fq, fk, fv), fdout, fixed_err, baseline,
+             dict(seqlen=seqlen, batch=batch, pairs=visible_pairs(seqlen, causal, (-1, -1))), None),
+        ]
+        for forward, inputs, grad_out, rel_err, name, sizes, seq_lengths in calls:
+            fields = {} if seq_lengths is None else {"lengths": seq_lengths}
+            timed = {"fwd": forward}
+            if "bwd" in args.passes:
+                leaves = tuple(t.detach().requires_grad_() for t in inputs)
+                result = forward(*leaves)
+                timed["bwd"] = lambda result=result, leaves=leaves, grad_out=grad_out: torch.autograd.grad(
+                    result, leaves, grad_out, retain_graph=True
+                )
+            shape = dict(hdim=hdim, causal=causal, nheads=nheads, **sizes)
+            for pass_ in args.passes:
+                record = timed_record(timed[pass_], pass_, name, baseline, shape, args, gpu, rel_err=rel_err, **fields)
+                records.append(record)
+    return records
+
+
 def print_table(records):
     ms = {(r["pass"], r["causal"], r["variant"]): r["ms"] for r in records}
     print("| pass | causal | variant | ms | TFLOP/s | time vs baseline |")
@@ -308,6 +409,16 @@ def print_table(records):
             f"| {r['pass']} | {'yes' if r['causal'] else 'no'} | {r['variant']} | {r['ms']:.3f} | "
             f"{r['tflops']:.0f} | {ratio:.3f} ({r['baseline']}) |"
         )
+
+
+def length_range(text):
+    """--varlen-lengths: "100:4096" is (100, 4096)."""
+    low, sep, high = text.partition(":")
+    if not (sep and low.isdigit() and high.isdigit() and 0 < int(low) <= int(high) <= TOKENS):
+        raise argparse.ArgumentTypeError(
+            f"expected LOW:HIGH sequence lengths, 0 < LOW <= HIGH <= {TOKENS}, got {text!r}"
+        )
+    return int(low), int(high)
 
 
 def head_dim_pairs(text):
@@ -340,6 +451,13 @@ def parse_args(argv=None):
         default="192:128",
         help="QK:V head dim pairs to time against QK's plain call, comma-separated (default 192:128; empty: none)",
     )
+    parser.add_argument(
+        "--varlen-lengths",
+        type=length_range,
+        default="100:4096",
+        help="the varlen variant's shortest and longest sequence, LOW:HIGH (default 100:4096)",
+    )
+    parser.add_argument("--no-varlen", action="store_true", help="leave out the varlen variant")
     parser.add_argument("--rep-ms", type=int, default=200)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     return parser.parse_args(argv)
@@ -351,6 +469,8 @@ def main(argv=None):
         sys.exit("bench_variants.py needs a CUDA GPU")
     gpu = torch.cuda.get_device_name()
     records = run(args, gpu) + run_head_dims(args, gpu) + run_head_dim_pairs(args, gpu)
+    if not args.no_varlen:
+        records += run_varlen(args, gpu)
     print_table(records)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / f"{datetime.date.today().isoformat()}-{gpu_slug(gpu)}-variants.json"

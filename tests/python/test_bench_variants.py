@@ -113,3 +113,53 @@ def test_pairs_skip_a_build_without_the_qk_head_dim(monkeypatch, capsys):
     args = bench_variants.parse_args(["--passes", "fwd", "--head-dim-v-pairs", "192:128"])
     assert bench_variants.run_head_dim_pairs(args, "gpu") == []
     assert "skipping qk192v128: this build has no head dim 192 kernels" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("low, high, seed", [(100, 4096, 0), (100, 4096, 7), (512, 8192, 0), (1, 16384, 3)])
+def test_mixed_lengths_cover_the_tokens_within_the_range(low, high, seed):
+    lengths = bench_variants.mixed_lengths(16384, low, high, seed)
+    assert sum(lengths) == 16384
+    assert all(low <= n <= high for n in lengths)
+    assert lengths == bench_variants.mixed_lengths(16384, low, high, seed)
+    assert len(set(lengths)) > 1
+
+
+def test_mixed_lengths_refuse_an_impossible_cut():
+    with pytest.raises(ValueError, match="cannot cut 50 tokens"):
+        bench_variants.mixed_lengths(50, 100, 4096)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_equal_lengths_give_their_own_fixed_shape(causal):
+    assert bench_variants.equal_work_shape([1024] * 16, causal) == (1024, 16)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_equal_work_shape_keeps_the_tokens_and_the_pairs(causal):
+    lengths = bench_variants.mixed_lengths(16384, 100, 4096)
+    seqlen, batch = bench_variants.equal_work_shape(lengths, causal)
+    assert seqlen % 128 == 0
+    pairs = sum(bench_variants.visible_pairs(n, causal, (-1, -1)) for n in lengths)
+    fixed_pairs = batch * bench_variants.visible_pairs(seqlen, causal, (-1, -1))
+    # Rounding the length to 128 and the batch to a whole number moves both by a few percent.
+    assert abs(batch * seqlen - 16384) <= seqlen / 2
+    assert fixed_pairs == pytest.approx(pairs, rel=0.15)
+
+
+def test_varlen_lengths_parse():
+    assert bench_variants.parse_args([]).varlen_lengths == (100, 4096)
+    assert bench_variants.parse_args(["--varlen-lengths", "512:8192"]).varlen_lengths == (512, 8192)
+
+
+@pytest.mark.parametrize("text", ["100", "0:100", "200:100", "a:100", "100:20000"])
+def test_bad_varlen_lengths_are_usage_errors(text, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_variants.parse_args([f"--varlen-lengths={text}"])
+    assert exit_info.value.code == 2
+    assert "expected LOW:HIGH sequence lengths" in capsys.readouterr().err
+
+
+def test_varlen_skips_a_build_without_gpu_varlen(monkeypatch, capsys):
+    monkeypatch.setattr(fa3, "build_info", lambda: {"gpu_varlen": False})
+    assert bench_variants.run_varlen(bench_variants.parse_args(["--passes", "fwd"]), "gpu") == []
+    assert "skipping varlen: this build runs varlen calls on the CPU" in capsys.readouterr().err
