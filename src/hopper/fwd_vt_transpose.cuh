@@ -39,8 +39,12 @@ struct FwdVtTranspose {
   static constexpr int kWarps = Traits::kTransposeWarps;
   static constexpr int kThreads = Traits::kTransposeThreads;
   static constexpr int kKeyGroups = kBlockN / 16;
-  // Key groups whose loads a warp has in flight at once.
-  static constexpr int kBatch = kKeyGroups % 4 == 0 ? 4 : 2;
+  // Key groups whose loads a warp has in flight at once. With three warps (the tiles
+  // whose producer warpgroup has no O store warp) four groups' fragments spilled within
+  // the producer's register budget (head dim 256, 128x128: 368 / 452 bytes); two spill
+  // 80 / 148 and ran up to 6 % faster (4 % at most lengths from 2k keys) on an H100,
+  // though each ldmatrix then waits for the one before it (docs/perf-log.md).
+  static constexpr int kBatch = kKeyGroups % 4 == 0 && kWarps == 2 ? 4 : 2;
   static_assert(kBlockN % 32 == 0 && kDV % 32 == 0, "V's stage is moved in chunks of 16 keys x 32 columns, in pairs");
   static_assert(cute::sizeof_bits_v<Element> == 8, "the transpose moves e4m3 bytes");
 
