@@ -457,7 +457,9 @@ def parse_args(argv=None):
         default="100:4096",
         help="the varlen variant's shortest and longest sequence, LOW:HIGH (default 100:4096)",
     )
-    parser.add_argument("--no-varlen", action="store_true", help="leave out the varlen variant")
+    varlen = parser.add_mutually_exclusive_group()
+    varlen.add_argument("--no-varlen", action="store_true", help="leave out the varlen variant")
+    varlen.add_argument("--varlen-only", action="store_true", help="time the varlen variant and its baseline alone")
     parser.add_argument("--rep-ms", type=int, default=200)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     return parser.parse_args(argv)
@@ -468,7 +470,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         sys.exit("bench_variants.py needs a CUDA GPU")
     gpu = torch.cuda.get_device_name()
-    records = run(args, gpu) + run_head_dims(args, gpu) + run_head_dim_pairs(args, gpu)
+    records = [] if args.varlen_only else run(args, gpu) + run_head_dims(args, gpu) + run_head_dim_pairs(args, gpu)
     if not args.no_varlen:
         records += run_varlen(args, gpu)
     print_table(records)

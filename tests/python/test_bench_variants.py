@@ -163,3 +163,10 @@ def test_varlen_skips_a_build_without_gpu_varlen(monkeypatch, capsys):
     monkeypatch.setattr(fa3, "build_info", lambda: {"gpu_varlen": False})
     assert bench_variants.run_varlen(bench_variants.parse_args(["--passes", "fwd"]), "gpu") == []
     assert "skipping varlen: this build runs varlen calls on the CPU" in capsys.readouterr().err
+
+
+def test_varlen_only_and_no_varlen_exclude_each_other(capsys):
+    assert bench_variants.parse_args(["--varlen-only"]).varlen_only
+    with pytest.raises(SystemExit):
+        bench_variants.parse_args(["--varlen-only", "--no-varlen"])
+    assert "not allowed with argument" in capsys.readouterr().err
