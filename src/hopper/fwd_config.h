@@ -121,6 +121,20 @@ inline constexpr bool kFp8VtInSmem = true;
 inline constexpr bool kFp8VtInSmem = false;
 #endif
 
+// Whether varlen forward calls take an order of real tiles only, sequence by sequence,
+// drawn from the tile counter as CTAs finish (hopper/varlen_tiles.cuh; the build's
+// FA3_VARLEN_DYNAMIC_ORDER, off until timed), on kernels without CTA pairs. Otherwise
+// every sequence gets the longest one's query blocks, the empty ones skipped as they
+// are drawn, and the non-causal kernels' order is static: 16k tokens in 17 sequences of
+// 211 to 2912 took 1.22-1.26x the time of a fixed-length call of the same work on an
+// H100; a model gives 1.08-1.23x for those orders and 1.02-1.03x for this one
+// (scripts/sim_varlen_order.py, docs/perf-log.md).
+#ifdef FA3_VARLEN_DYNAMIC_ORDER
+inline constexpr bool kVarlenDynamicOrder = true;
+#else
+inline constexpr bool kVarlenDynamicOrder = false;
+#endif
+
 // When the producer of a dynamic (causal, general-mask) order draws its CTA's next tile:
 // -1 as the current tile starts, or L >= 0 once all but the last L of the current tile's
 // K/V blocks are loading. A tile drawn early is held through the whole current tile, and

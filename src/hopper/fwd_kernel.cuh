@@ -44,6 +44,7 @@
 #include "hopper/fwd_vt_transpose.cuh"
 #include "hopper/softmax.cuh"
 #include "hopper/tile_scheduler.cuh"
+#include "hopper/varlen_tiles.cuh"
 
 namespace fa3::hopper {
 
@@ -167,6 +168,12 @@ struct FwdKernel {
 
   __device__ static void produce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, Pipeline& k_pipe,
                                  Pipeline& v_pipe, const Scheduler& scheduler, const Mask& mask) {
+    if constexpr (kVarlenOrder) {
+      if (is_varlen<Traits::kVarlen>(params.p)) {
+        produce_varlen(params, smem, q_pipe, k_pipe, v_pipe, mask);
+        return;
+      }
+    }
     constexpr bool kQAhead = Traits::kQStages > 1;
     // A static order's next tile is known without a draw: it is always taken first.
     const int draw_lead = Scheduler::kDynamic ? params.draw_lead : -1;
@@ -216,6 +223,54 @@ struct FwdKernel {
       t = __shfl_sync(0xffffffffu, next, 0);
     }
     if (leader) {
+      producer.drain(k_pipe, v_pipe);
+      producer.stop_transpose(smem, v_pipe);
+    }
+  }
+
+  // Whether varlen calls take the order of real tiles (hopper/varlen_tiles.cuh): in builds
+  // with kVarlenDynamicOrder, on kernels without CTA pairs, whose two CTAs must run
+  // neighbouring blocks (the launch gives these calls a counter).
+  static constexpr bool kVarlenOrder = kVarlenDynamicOrder && Traits::kVarlen && Traits::kCluster == 1;
+
+  // produce() for a varlen call in that order. The whole warp draws and maps each tile
+  // (VarlenTiles keeps 32 sequences' counts, one a lane); the leader issues the loads.
+  // The next tile is drawn once this one's first K/V loads are issued: the draw's atomic
+  // and, now and then, the next 32 sequences' bounds are read while they land.
+  __device__ static void produce_varlen(const Params& params, SharedStorage& smem, QPipeline& q_pipe,
+                                        Pipeline& k_pipe, Pipeline& v_pipe, const Mask& mask) {
+    constexpr bool kQAhead = Traits::kQStages > 1;
+    const bool leader = cute::elect_one_sync();
+    FwdProducer<Traits> producer;
+    VarlenTiles<Traits::kBlockM> tiles(params.p);
+    int t = static_cast<int>(blockIdx.x);
+    bool valid = tiles.valid(t);
+    TileCoord tile = valid ? tiles.coord(params.p, t) : TileCoord{-1, 0, 0};
+    if (kQAhead && leader) producer.announce_tile(params, smem, q_pipe, valid, tile);
+    while (valid) {
+      BlockRange keys{};
+      if (leader) {
+        keys = tile_key_blocks(sequence_mask(params.p, mask, tile.batch), tile.m_block);
+        producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
+      }
+      __syncwarp();
+      t = tiles.next(t, params.tile_counter);
+      const bool next_valid = tiles.valid(t);
+      const TileCoord next = next_valid ? tiles.coord(params.p, t) : TileCoord{-1, 0, 0};
+      if (leader) {
+        if (kQAhead) {
+          producer.announce_tile(params, smem, q_pipe, next_valid, next);
+        } else {
+          producer.announce_tile(params, smem, q_pipe, true, tile);
+        }
+        producer.load_kv_blocks(params, smem, k_pipe, v_pipe, tile, BlockRange{keys.begin, keys.end - 1});
+      }
+      __syncwarp();
+      valid = next_valid;
+      tile = next;
+    }
+    if (leader) {
+      if (!kQAhead) producer.announce_tile(params, smem, q_pipe, false, TileCoord{-1, 0, 0});
       producer.drain(k_pipe, v_pipe);
       producer.stop_transpose(smem, v_pipe);
     }

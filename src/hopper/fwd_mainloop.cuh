@@ -102,10 +102,17 @@ struct FwdProducer {
   template <class Params, class Scheduler>
   __device__ void announce(const Params& params, SharedStorage& smem, QPipeline& q_pipe, const Scheduler& scheduler,
                            int t) {
+    const bool valid = scheduler.valid(t);
+    announce_tile(params, smem, q_pipe, valid, valid ? scheduler.coord(t) : TileCoord{-1, 0, 0});
+  }
+
+  // The same for a tile whose coordinates the caller has (the varlen order of
+  // hopper/varlen_tiles.cuh); `valid` false announces the end.
+  template <class Params>
+  __device__ void announce_tile(const Params& params, SharedStorage& smem, QPipeline& q_pipe, bool valid,
+                                TileCoord tile) {
     using namespace cute;
     const FwdParams& p = params.p;
-    const bool valid = scheduler.valid(t);
-    const TileCoord tile = valid ? scheduler.coord(t) : TileCoord{-1, 0, 0};
     q_pipe.producer_wait(q_state);
     // The coordinates and the bounds are written after the stage is free and before the
     // arrival publishes them; the bounds are read only here, so that no more of them

@@ -28,6 +28,16 @@
 namespace fa3::test {
 namespace {
 
+// 70 sequences of 0 to 330 rows, some empty on either side: more than two warps' worth of
+// sequences for the order that counts 32 of them at a time (hopper/varlen_tiles.cuh).
+Mix many_sequences() {
+  Mix mix{"many_sequences", {}};
+  for (std::int32_t i = 0; i < 70; ++i) {
+    mix.seqs.push_back({i % 7 == 3 ? 0 : 1 + i * 53 % 290, i % 11 == 5 ? 0 : 1 + i * 97 % 330});
+  }
+  return mix;
+}
+
 // Lengths 0, 1, odd ones and multiples of the tiles (64, 80, 128, 176 and 256 rows), on
 // both sides, so that sequences start and end on and off block boundaries; keys empty
 // with queries present; queries empty with keys present; seqlen_q != seqlen_k both ways.
@@ -38,6 +48,7 @@ std::vector<Mix> mixes() {
       {"zero_lengths", {{0, 0}, {5, 0}, {0, 7}, {113, 239}, {0, 0}, {1, 1024}}},
       {"long_and_short", {{1025, 1023}, {1, 2}, {239, 113}, {2, 799}}},
       {"seqused", {{130, 140, 128, 129}, {17, 300, 0, 257}, {64, 64, 64, 0}, {200, 150, 177, 150}, {9, 9, 1, 9}}, true},
+      many_sequences(),
   };
 }
 
@@ -234,6 +245,7 @@ TEST_P(FwdVarlen, EverySequenceMatchesItsOwnReference) {
         check_batch(b, kernel);
       }
     }
+    ++layout;  // so that a mix meets another head layout in the next case, however many mixes there are
   }
 }
 

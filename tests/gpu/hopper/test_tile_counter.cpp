@@ -10,7 +10,9 @@
 
 #include "common/gpu_test_util.h"
 #include "fa3/fa3.h"
+#include "hopper/fwd_dispatch.h"
 #include "hopper/tile_counter.h"
+#include "hopper/varlen_batch.h"
 
 namespace fa3::test {
 namespace {
@@ -104,6 +106,39 @@ TEST(TileCounter, CausalLaunchesLeaveItAtZero) {
     TileCounter c;
     ASSERT_TRUE(acquire_tile_counter(s.get(), &c).is_ok());
     EXPECT_EQ(read_counter(c, s.get()), 0) << "seqlen " << seqlen;
+  }
+}
+
+// Varlen launches draw from the counter where their order asks for it (causal ones, and
+// every one in a build with FA3_VARLEN_DYNAMIC_ORDER): of mixed lengths, empty sequences
+// among them and more sequences than a warp counts at a time, plain and causal, one
+// after another on one stream, each finds it at zero and leaves it there.
+TEST(TileCounter, VarlenLaunchesLeaveItAtZero) {
+  FA3_REQUIRE_HOPPER();
+  if (!hopper::fwd_varlen_enabled()) GTEST_SKIP() << "the GPU varlen forward is switched off (FA3_GPU_VARLEN)";
+  const DType dtype = build_info().dtypes.front() == "fp16" ? DType::kFloat16 : DType::kBFloat16;
+  const std::int64_t d = build_info().head_dims.front(), heads = 4;
+  Mix mix{"mixed", {}};
+  for (std::int32_t i = 0; i < 45; ++i) mix.seqs.push_back({i % 9 == 4 ? 0 : 1 + i * 67 % 700, 1 + i * 41 % 650});
+  const VarlenIndex index(mix);
+  PaddedTensor q = make_tensor(dtype, 1, index.total_q, heads, d, 1),
+               k = make_tensor(dtype, 1, index.total_k, heads, d, 2),
+               v = make_tensor(dtype, 1, index.total_k, heads, d, 3),
+               out = make_tensor(dtype, 1, index.total_q, heads, d, 4);
+  ForwardArgs args;
+  args.q = TensorView::contiguous(q.view.data, dtype, {index.total_q, heads, d});
+  args.k = TensorView::contiguous(k.view.data, dtype, {index.total_k, heads, d});
+  args.v = TensorView::contiguous(v.view.data, dtype, {index.total_k, heads, d});
+  args.out = TensorView::contiguous(out.view.data, dtype, {index.total_q, heads, d});
+  args.varlen = index.varlen;
+  Stream s;
+  FA3_CUDA_CHECK(cudaDeviceSynchronize());  // the fills ran on the default stream
+  for (const bool causal : {false, true, false}) {
+    args.options.causal = causal;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(forward(args, s.get()).is_ok());
+    TileCounter c;
+    ASSERT_TRUE(acquire_tile_counter(s.get(), &c).is_ok());
+    EXPECT_EQ(read_counter(c, s.get()), 0) << (causal ? "causal" : "non-causal");
   }
 }
 
