@@ -230,7 +230,7 @@ struct FwdKernel {
 
   // Whether varlen calls take the order of real tiles (hopper/varlen_tiles.cuh): in builds
   // with kVarlenDynamicOrder, on kernels without CTA pairs, whose two CTAs must run
-  // neighbouring blocks (the launch gives these calls a counter).
+  // neighbouring blocks (the launch gives these calls a counter, always).
   static constexpr bool kVarlenOrder = kVarlenDynamicOrder && Traits::kVarlen && Traits::kCluster == 1;
 
   // produce() for a varlen call in that order. The whole warp draws and maps each tile
@@ -254,7 +254,7 @@ struct FwdKernel {
         producer.load_first_kv(params, smem, k_pipe, v_pipe, tile, keys);
       }
       __syncwarp();
-      t = tiles.next(t, params.tile_counter);
+      t = tiles.next(params.tile_counter);
       const bool next_valid = tiles.valid(t);
       const TileCoord next = next_valid ? tiles.coord(params.p, t) : TileCoord{-1, 0, 0};
       if (leader) {

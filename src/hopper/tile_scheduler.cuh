@@ -103,6 +103,15 @@ struct alignas(16) FwdTileSlot {
   SeqBounds seq;
 };
 
+// A draw from the tile counter (TileScheduler::next): the grid's tile after its first
+// ones. The grid draws one value per tile, 0 to num_tiles - 1, and whoever draws the last
+// one sets the counter back to 0 for the next launch (hopper/tile_counter.h).
+__device__ inline int draw_tile(int* counter, int num_tiles) {
+  const int drawn = atomicAdd(counter, 1);
+  if (drawn == num_tiles - 1) atomicExch(counter, 0);
+  return static_cast<int>(gridDim.x) + drawn;
+}
+
 template <bool kCausal>
 struct TileScheduler {
   static constexpr bool kDynamic = kCausal;
@@ -133,15 +142,10 @@ struct TileScheduler {
 
   // The CTA's tile after `tile`, asked for once per tile the CTA runs. Dynamic:
   // `counter` is an int shared by the grid, 0 at launch; every CTA's first tile is its
-  // index, the rest come in finishing order. The grid draws one value per tile, 0 to
-  // num_tiles - 1, so whoever draws the last one sets the counter back to 0 for the
-  // next launch (hopper/tile_counter.h). Without a counter the order is static.
+  // index, the rest come in finishing order (draw_tile). Without a counter the order is
+  // static.
   __device__ int next(int tile, int* counter) const {
-    if (kDynamic && counter != nullptr) {
-      const int drawn = atomicAdd(counter, 1);
-      if (drawn == num_tiles - 1) atomicExch(counter, 0);
-      return static_cast<int>(gridDim.x) + drawn;
-    }
+    if (kDynamic && counter != nullptr) return draw_tile(counter, num_tiles);
     return tile + static_cast<int>(gridDim.x);
   }
 

@@ -45,17 +45,12 @@ struct VarlenTiles {
 
   __device__ bool valid(int t) const { return t < total; }
 
-  // The CTA's tile after `t`: the counter's next value, as TileScheduler::next draws it,
-  // with the grid's last draw (value total - 1) setting the counter back to 0. Without a
-  // counter, every grid-th tile.
-  __device__ int next(int t, int* counter) const {
-    int drawn = 0;
-    if (counter != nullptr && lane() == 0) {
-      drawn = atomicAdd(counter, 1);
-      if (drawn == total - 1) atomicExch(counter, 0);
-    }
-    drawn = __shfl_sync(kWarp, drawn, 0);
-    return counter != nullptr ? static_cast<int>(gridDim.x) + drawn : t + static_cast<int>(gridDim.x);
+  // The CTA's next tile, drawn from the counter (which the launch always gives these
+  // calls) as TileScheduler::next draws it, over this order's tile count.
+  __device__ int next(int* counter) const {
+    int t = 0;
+    if (lane() == 0) t = draw_tile(counter, total);
+    return __shfl_sync(kWarp, t, 0);
   }
 
   // Tile t's coordinates, for valid(t) and t no smaller than any asked before (past the
@@ -78,9 +73,7 @@ struct VarlenTiles {
 
   __device__ static int tiles_of(const FwdParams& p, int batch) {
     if (batch >= p.batch) return 0;
-    const int seqlen_q =
-        p.seqused_q != nullptr ? p.seqused_q[batch] : p.cu_seqlens_q[batch + 1] - p.cu_seqlens_q[batch];
-    return (seqlen_q + kBlockM - 1) / kBlockM * p.nheads_q;
+    return (seq_bounds<true>(p, batch).seqlen_q + kBlockM - 1) / kBlockM * p.nheads_q;
   }
 
   // The counts of sequences base .. base + 31 and their running sum across the lanes.

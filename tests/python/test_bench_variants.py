@@ -170,3 +170,16 @@ def test_varlen_only_and_no_varlen_exclude_each_other(capsys):
     with pytest.raises(SystemExit):
         bench_variants.parse_args(["--varlen-only", "--no-varlen"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_order_models_batch_is_the_benchmarks():
+    """scripts/sim_varlen_order.py models this benchmark's batch and its fixed-length
+    baseline: both stay the ones bench_variants times."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import sim_varlen_order
+
+    lengths = bench_variants.mixed_lengths(16384, 100, 4096)
+    assert list(sim_varlen_order.BENCH_LENGTHS) == lengths
+    for causal in (False, True):
+        seqlen, batch = bench_variants.equal_work_shape(lengths, causal)
+        assert sim_varlen_order.equal_work_lengths(lengths, causal) == [seqlen] * batch
