@@ -27,9 +27,11 @@
 // sequence), and the producer skips those past their sequence's keys (skip_empty). A
 // tile sees its own sequence's query blocks only, under the mask of the sequence's own
 // lengths (bottom-right aligned per sequence); its dQ parts and statistics are the
-// sequence's blocks in the workspace (hopper/bwd_workspace.h), and its dK and dV go to
-// the fp32 accumulators as GQA's do (a TMA store writes whole blocks, over the next
-// sequence's rows), whence the postprocess writes the sequence's rows only.
+// sequence's blocks in the workspace (hopper/bwd_workspace.h). Its dK and dV leave
+// through shared memory as a fixed-length call's do, but by row copies that stop at the
+// sequence's last key (a TMA store writes whole blocks, over the next sequence's rows);
+// with GQA/MQA they go to the fp32 accumulators, whence the postprocess writes the
+// sequence's rows only.
 //
 // Deterministic mode fixes the order of every sum across CTAs with counters in the
 // workspace: a tile adds its dQ part of query block m only after the key blocks before
@@ -501,6 +503,8 @@ struct BwdKernel {
                                           FragDkv& tdKrdK, const FragDkv& tdVrdV, bool held) {
     using namespace cute;
     const BwdParams& p = params.p;
+    // The slot is the next tile's once K's and V's buffers are released.
+    const SeqBounds seq = slot_seq(params, smem);
     // This thread's GEMMs are done with K and V (the step waited for all of them).
     arch::mbarrier_arrive(&smem.kv_empty);
     CUTE_UNROLL
@@ -513,15 +517,17 @@ struct BwdKernel {
     barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
     Tensor sdK = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutK{});
     Tensor sdV = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(smem.dq)), typename Traits::SmemLayoutV{});
-    store_dkv_by_tma(params, tid, tile, rdK, rdV, sdK, sdV, sdK, sdV);
+    store_dkv_out(params, tid, tile, seq, rdK, rdV, sdK, sdV, sdK, sdV);
   }
 
   // dK and dV (converted, `rdK`, `rdV`) into shared memory (`dst_k`, `dst_v`: views of the
-  // MMA's layout, transposed when it holds dKᵀ/dVᵀ) and out of the tiles `src_k`, `src_v`
-  // by TMA store, issued by consumer thread 0, whose bulk group they are.
+  // MMA's layout, transposed when it holds dKᵀ/dVᵀ) and out of the tiles `src_k`, `src_v`:
+  // by TMA store, issued by consumer thread 0, whose bulk group they are, or in a varlen
+  // call by every consumer thread's row copies (store_rows). `seq`: the tile's sequence.
   template <class Frag, class DstK, class DstV, class SrcK, class SrcV>
-  __device__ static void store_dkv_by_tma(const Params& params, int tid, TileCoord tile, const Frag& rdK,
-                                          const Frag& rdV, DstK dst_k, DstV dst_v, SrcK src_k, SrcV src_v) {
+  __device__ static void store_dkv_out(const Params& params, int tid, TileCoord tile, const SeqBounds& seq,
+                                       const Frag& rdK, const Frag& rdV, DstK dst_k, DstV dst_v, SrcK src_k,
+                                       SrcV src_v) {
     using namespace cute;
     const BwdParams& p = params.p;
     typename Traits::TiledMmaDkv mma_dkv;
@@ -531,6 +537,17 @@ struct BwdKernel {
     copy(copy_dkv, thr_copy.retile_S(rdV), thr_copy.partition_D(as_position_independent_swizzle_tensor(dst_v)));
     cutlass::arch::fence_view_async_shared();
     barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
+    if (is_varlen<kVarlen>(p)) {
+      // MHA: the KV head is the query head.
+      const int first = tile.m_block * Traits::kBlockN;
+      const int rows = rows_in_block<Traits::kBlockN>(seq.seqlen_k, first);
+      const std::int64_t row = static_cast<std::int64_t>(seq.offset_k) + first;
+      store_rows(src_k, static_cast<Element*>(p.dk) + tile.head * p.dk_head_stride + row * p.dk_row_stride,
+                 p.dk_row_stride, rows, p.head_dim, tid);
+      store_rows(src_v, static_cast<Element*>(p.dv) + tile.head * p.dv_head_stride + row * p.dv_row_stride,
+                 p.dv_row_stride, rows, p.head_dim_v, tid);
+      return;
+    }
     if (tid == 0) {
       // MHA: the KV head is the query head.
       const int n_block = tile.m_block;
@@ -548,10 +565,29 @@ struct BwdKernel {
     }
   }
 
+  // The first `rows` rows and `cols` columns of the block `src` (kBlockN x kHeadDim in
+  // shared memory) to `out`, rows `row_stride` apart: 16 bytes a thread at a time (a
+  // row's 16-byte groups stay whole in the swizzled layouts), each row under its own
+  // predicate. The copies' reads are done when a thread moves on, so the buffer is free
+  // once every consumer thread has passed a barrier after this.
+  template <class Src>
+  __device__ static void store_rows(const Src& src, Element* out, std::int64_t row_stride, int rows, int cols,
+                                    int tid) {
+    constexpr int kGroups = Traits::kHeadDim / 8;  // 16-byte groups per row
+#pragma unroll 4
+    for (int i = tid; i < Traits::kBlockN * kGroups; i += kConsumerThreads) {
+      const int r = i / kGroups;
+      const int col = 8 * (i % kGroups);
+      if (r < rows && col < cols) {
+        *reinterpret_cast<uint4*>(out + r * row_stride + col) = *reinterpret_cast<const uint4*>(&src(r, col));
+      }
+    }
+  }
+
   // The tile's dK (scaled by the softmax scale) and dV otherwise: through K's and V's
-  // buffers by TMA store, after which the buffers are free, or (GQA/MQA, varlen:
-  // dkv_sums) added to the fp32 accumulators, the buffers released before the sums
-  // with an overlapped tile switch and after them without.
+  // buffers (store_dkv_out), after which the buffers are free, or (GQA/MQA: dkv_sums)
+  // added to the fp32 accumulators, the buffers released before the sums with an
+  // overlapped tile switch and after them without.
   template <class FragDkv>
   __device__ static void store_dkv(const Params& params, SharedStorage& smem, int tid, TileCoord tile,
                                    FragDkv& tdKrdK, const FragDkv& tdVrdV) {
@@ -567,9 +603,9 @@ struct BwdKernel {
       Tensor sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
       Tensor sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{});
       Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
-      store_dkv_by_tma(params, tid, tile, convert_fragment<Element>(tdKrdK), convert_fragment<Element>(tdVrdV),
-                       conditional_return<Traits::kDkvSwap>(sKt, sK), conditional_return<Traits::kDkvSwap>(sVt, sV), sK,
-                       sV);
+      store_dkv_out(params, tid, tile, slot_seq(params, smem), convert_fragment<Element>(tdKrdK),
+                    convert_fragment<Element>(tdVrdV), conditional_return<Traits::kDkvSwap>(sKt, sK),
+                    conditional_return<Traits::kDkvSwap>(sVt, sV), sK, sV);
       if (tid == 0) tma_store_wait<0>();
       arch::mbarrier_arrive(&smem.kv_empty);
     } else {

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dq(const
                       Traits::kDqSwap>(t);
 }
 
-// GQA/MQA or varlen (dkv_sums): dK (blockIdx.z even) or dV (odd) from its accumulator,
+// GQA/MQA (dkv_sums): dK (blockIdx.z even) or dV (odd) from its accumulator,
 // one CTA per (key block, KV head, batch and which); a varlen sequence's as dQ's above.
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kConsumerThreads) bwd_convert_dkv(const __grid_constant__ BwdParams p) {
@@ -141,7 +141,7 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
                     typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, kv_tensor(p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride, p.head_dim_v),
                     typename Traits::SmemLayoutV{}, Shape<BN, D>{}, _1{}),
-      // Without dkv_sums only (GQA/MQA and varlen sum dK and dV in the workspace): dK, dV
+      // Without dkv_sums (GQA/MQA sum dK and dV in the workspace), fixed length: dK, dV
       // shaped like K, V.
       make_tma_copy(SM90_TMA_STORE{}, kv_tensor(p.dk, p.dk_row_stride, p.dk_head_stride, p.dk_batch_stride, p.head_dim),
                     typename Traits::SmemLayoutK{}, Shape<BN, D>{}, _1{}),

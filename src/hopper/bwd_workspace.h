@@ -8,9 +8,9 @@
 //   lse_log2      fp32 (regions, nheads_q, q_blocks * block_m): LSE·log2(e); +inf for
 //                 rows past seqlen_q and rows that saw no key, so that their P is 0
 //   dpsum         fp32, same shape: D = rowsum(dO∘O); 0 past seqlen_q
-//   dk/dv_accum   fp32 (regions, nheads_kv, k_blocks * block_n * d), with GQA/MQA or a
-//                 varlen batch only (dkv_sums): the sums over a KV head's query heads,
-//                 in the same thread order
+//   dk/dv_accum   fp32 (regions, nheads_kv, k_blocks * block_n * d), with GQA/MQA only
+//                 (dkv_sums): the sums over a KV head's query heads, in the same thread
+//                 order
 //   semaphores    int, deterministic only: per (region, head, query block) the number of
 //                 key blocks whose dQ part is in; with dkv_sums per (region, KV head, key
 //                 block) the number of query heads whose dK/dV part is in
@@ -60,7 +60,7 @@ struct BwdWorkspace {
   std::size_t zero_begin = 0;  // [zero_begin, bytes) is zeroed with dq_accum
   std::size_t bytes = 0;
   bool gqa = false;
-  bool dkv_sums = false;  // dK and dV summed in dk/dv_accum: GQA/MQA, or varlen (bwd_kernel.cuh)
+  bool dkv_sums = false;  // dK and dV summed in dk/dv_accum: GQA/MQA (bwd_kernel.cuh)
   bool deterministic = false;
 };
 
@@ -72,7 +72,7 @@ constexpr BwdWorkspace bwd_workspace_layout(const BwdShape& s, int block_m, int 
   w.m_blocks = (s.seqlen_q + block_m - 1) / block_m;
   w.n_blocks = (s.seqlen_k + block_n - 1) / block_n;
   w.gqa = s.nheads_q != s.nheads_kv;
-  w.dkv_sums = w.gqa || s.varlen;
+  w.dkv_sums = w.gqa;
   w.deterministic = deterministic;
   w.regions = s.varlen ? 1 : s.batch;
   w.q_blocks = s.varlen ? (s.total_q + s.batch * block_m) / block_m : w.m_blocks;

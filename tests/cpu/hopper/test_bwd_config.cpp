@@ -133,7 +133,8 @@ TEST(BwdWorkspace, GrowsOnlyWithWhatTheCallNeeds) {
 // A varlen call's sequences (first_block): each sequence's blocks, as many as its rows
 // need, lie inside the head's q_blocks / k_blocks and after the previous sequence's,
 // whatever the lengths (0, 1, block multiples and not); dK/dV are summed in the
-// accumulators also without GQA; the grids' blocks are those of the longest sequence.
+// accumulators with GQA only (MHA tiles write theirs by row copies); the grids' blocks
+// are those of the longest sequence.
 TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
   const std::vector<std::int64_t> lengths = {0, 1, 63, 64, 65, 127, 128, 129, 0, 3, 256, 1, 1000};
   for (int block : {64, 80, 128}) {
@@ -142,11 +143,18 @@ TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
       total += n;
       longest = std::max(longest, n);
     }
-    const BwdShape s{static_cast<std::int64_t>(lengths.size()), longest, longest, 8, 8, 128, true, total + 37,
+    const BwdShape s{static_cast<std::int64_t>(lengths.size()), longest, longest, 8, 2, 128, true, total + 37,
                      total + 37};
     const BwdWorkspace w = bwd_workspace_layout(s, block, block, true);
     SCOPED_TRACE(testing::Message() << "block " << block);
     EXPECT_TRUE(w.dkv_sums);
+    BwdShape mha = s;
+    mha.nheads_kv = 8;
+    const BwdWorkspace wm = bwd_workspace_layout(mha, block, block, true);
+    EXPECT_FALSE(wm.dkv_sums);
+    EXPECT_EQ(wm.dv_accum, wm.dk_accum);
+    EXPECT_EQ(wm.dq_semaphore, wm.dv_accum);
+    EXPECT_EQ(wm.tile_counter, wm.dkv_semaphore);
     EXPECT_EQ(w.regions, 1);
     EXPECT_EQ(w.m_blocks, (longest + block - 1) / block);
     std::int64_t offset = 0, next_free = 0;
@@ -160,9 +168,9 @@ TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
       offset += lengths[b];
     }
     EXPECT_GE(w.dpsum - w.lse_log2, static_cast<std::size_t>(8 * w.q_blocks * block) * 4);
-    EXPECT_GE(w.dv_accum - w.dk_accum, static_cast<std::size_t>(8 * w.k_blocks * block * 128) * 4);
+    EXPECT_GE(w.dv_accum - w.dk_accum, static_cast<std::size_t>(2 * w.k_blocks * block * 128) * 4);
     EXPECT_GE(w.dkv_semaphore - w.dq_semaphore, static_cast<std::size_t>(8 * w.q_blocks) * 4);
-    EXPECT_GE(w.tile_counter - w.dkv_semaphore, static_cast<std::size_t>(8 * w.k_blocks) * 4);
+    EXPECT_GE(w.tile_counter - w.dkv_semaphore, static_cast<std::size_t>(2 * w.k_blocks) * 4);
   }
 }
 
