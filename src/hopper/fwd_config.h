@@ -123,12 +123,13 @@ inline constexpr bool kFp8VtInSmem = false;
 
 // Whether varlen forward calls take an order of real tiles only, sequence by sequence,
 // drawn from the tile counter as CTAs finish (hopper/varlen_tiles.cuh; the build's
-// FA3_VARLEN_DYNAMIC_ORDER, off until timed), on kernels without CTA pairs. Otherwise
+// FA3_VARLEN_DYNAMIC_ORDER, on by default), on 16-bit kernels without CTA pairs. Otherwise
 // every sequence gets the longest one's query blocks, the empty ones skipped as they
-// are drawn, and the non-causal kernels' order is static: 16k tokens in 17 sequences of
-// 211 to 2912 took 1.22-1.26x the time of a fixed-length call of the same work on an
-// H100; a model gives 1.08-1.23x for those orders and 1.02-1.03x for this one
-// (scripts/sim_varlen_order.py, docs/perf-log.md).
+// are drawn, and the non-causal kernels' order is static. On an H100, 16k tokens in 17
+// sequences of 211 to 2912 ran 7-8 % faster with this order without a mask and level to
+// 3 % faster causal (1.20-1.24x and 1.12-1.26x a fixed-length call of the same work,
+// against the model's 1.02-1.03x: the rest is the sequences' partial blocks, not the
+// order; scripts/sim_varlen_order.py, docs/perf-log.md).
 #ifdef FA3_VARLEN_DYNAMIC_ORDER
 inline constexpr bool kVarlenDynamicOrder = true;
 #else

@@ -59,6 +59,11 @@ struct FwdKernel {
   // with a softcap): they take the dynamic, longest-first order too.
   using Scheduler = TileScheduler<Mask::kCausal || Mask::kGeneral>;
   using Scales = std::conditional_t<Traits::kFp8, Fp8TileScales<Traits::kBlockM, Traits::kBlockN>, NoScales>;
+  // Whether varlen calls take the order of real tiles (hopper/varlen_tiles.cuh): in builds
+  // with kVarlenDynamicOrder, on 16-bit kernels without CTA pairs, whose two CTAs must run
+  // neighbouring blocks (the launch gives these calls a counter, always). The FP8 kernels
+  // keep their own order: the new one has not run on them.
+  static constexpr bool kVarlenOrder = kVarlenDynamicOrder && Traits::kVarlen && Traits::kCluster == 1 && !Traits::kFp8;
   // FP8: P = exp(s - max) * 2^8 before its rounding to e4m3 (fa3/attention.h).
   static constexpr int kFp8PLog2Shift = 8;
   static constexpr int kThreads = Traits::kThreads;
@@ -227,11 +232,6 @@ struct FwdKernel {
       producer.stop_transpose(smem, v_pipe);
     }
   }
-
-  // Whether varlen calls take the order of real tiles (hopper/varlen_tiles.cuh): in builds
-  // with kVarlenDynamicOrder, on kernels without CTA pairs, whose two CTAs must run
-  // neighbouring blocks (the launch gives these calls a counter, always).
-  static constexpr bool kVarlenOrder = kVarlenDynamicOrder && Traits::kVarlen && Traits::kCluster == 1;
 
   // produce() for a varlen call in that order. The whole warp draws and maps each tile
   // (VarlenTiles keeps 32 sequences' counts, one a lane); the leader issues the loads.

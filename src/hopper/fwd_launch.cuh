@@ -185,10 +185,9 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   }
   const int grid = static_cast<int>(std::min<std::int64_t>(tiles, resident));
   config.gridDim = dim3(static_cast<unsigned>(grid));
-  // Varlen calls draw from a counter on every kernel without CTA pairs where the build asks
-  // (kVarlenDynamicOrder: FwdKernel::produce_varlen).
-  constexpr bool kVarlenCounter = kVarlenDynamicOrder && kCfg.varlen && kCluster == 1;
-  if (Kernel::Scheduler::kDynamic || (kVarlenCounter && is_varlen<kCfg.varlen>(p))) {
+  // Varlen calls draw from a counter on the kernels that take the order of real tiles
+  // (FwdKernel::kVarlenOrder, produce_varlen).
+  if (Kernel::Scheduler::kDynamic || (Kernel::kVarlenOrder && is_varlen<kCfg.varlen>(p))) {
     const Status acquired = acquire_tile_counter(stream, &counter);
     if (!acquired.is_ok()) return acquired;
     params.tile_counter = counter.ptr;
