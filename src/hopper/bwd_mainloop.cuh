@@ -248,13 +248,15 @@ struct BwdConsumer {
     }
   }
 
-  // Zeroes rows [valid, kRows) of a (kRows, cols) shared-memory tile (a stage of it),
-  // this thread's share of them among the consumers.
+  // Zeroes rows [valid, kRows) of a (kRows, kHeadDim) shared-memory tile (a stage of it),
+  // this thread's share of them among the consumers, 16 bytes a store (a row's 16-byte
+  // groups stay whole in the swizzled layouts, the head dim contiguous).
   template <int kRows, class Tile>
-  __device__ void clear_rows(Tile&& tile, int valid, int cols) const {
+  __device__ void clear_rows(Tile&& tile, int valid) const {
+    constexpr int kGroups = Traits::kHeadDim / 8;
 #pragma unroll 1
-    for (int i = (valid > 0 ? valid : 0) * cols + tid; i < kRows * cols; i += kConsumerThreads) {
-      tile(i / cols, i % cols) = Element(0);
+    for (int i = (valid > 0 ? valid : 0) * kGroups + tid; i < kRows * kGroups; i += kConsumerThreads) {
+      *reinterpret_cast<uint4*>(&tile(i / kGroups, 8 * (i % kGroups))) = make_uint4(0u, 0u, 0u, 0u);
     }
   }
 
@@ -263,10 +265,8 @@ struct BwdConsumer {
   // made visible to every consumer warpgroup's GEMMs.
   __device__ void clear_kv_rows(SharedStorage& smem, int valid) const {
     using namespace cute;
-    clear_rows<Traits::kBlockN>(make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{}), valid,
-                                Traits::kHeadDim);
-    clear_rows<Traits::kBlockN>(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{}), valid,
-                                Traits::kHeadDim);
+    clear_rows<Traits::kBlockN>(make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{}), valid);
+    clear_rows<Traits::kBlockN>(make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutV{}), valid);
     cutlass::arch::fence_view_async_shared();
     barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
   }
@@ -278,8 +278,8 @@ struct BwdConsumer {
     do_pipe.consumer_wait(do_state);
     Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
     Tensor sDo = make_tensor(make_smem_ptr(smem.dout), typename Traits::SmemLayoutDo{});
-    clear_rows<Traits::kBlockM>(sQ(_, _, q_state.index), valid, Traits::kHeadDim);
-    clear_rows<Traits::kBlockM>(sDo(_, _, do_state.index), valid, Traits::kHeadDim);
+    clear_rows<Traits::kBlockM>(sQ(_, _, q_state.index), valid);
+    clear_rows<Traits::kBlockM>(sDo(_, _, do_state.index), valid);
     cutlass::arch::fence_view_async_shared();
     barrier_sync(BwdBarrier::kConsumers, kConsumerThreads);
   }

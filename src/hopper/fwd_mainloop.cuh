@@ -354,16 +354,20 @@ struct FwdConsumer {
   // to this warpgroup's GEMMs. Every warpgroup that runs the block clears it before its
   // first P·V of it; another may be clearing the same rows while this one's GEMM reads
   // them, which is harmless: after the first clear every write stores the zero already
-  // there. The stage is not refilled before every warpgroup has released it.
+  // there. The stage is not refilled before every warpgroup has released it. 16 bytes a
+  // store: a key's head dim is contiguous in the 16-bit kernels' Vᵀ (the FP8 kernels,
+  // keys contiguous, clear none: v_rows_to_clear).
   __device__ void clear_v_rows(SharedStorage& smem, Pipeline& v_pipe, int valid) {
     using namespace cute;
     v_pipe.consumer_wait(v_state);
-    Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});  // (DV, BN, stages)
-    constexpr int kDV = Traits::kHeadDimV;
-    const int first = (valid > 0 ? valid : 0) * kDV;
+    if constexpr (!Traits::kFp8) {
+      Tensor sVt = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});  // (DV, BN, stages)
+      constexpr int kGroups = Traits::kHeadDimV / 8;
+      const int first = (valid > 0 ? valid : 0) * kGroups;
 #pragma unroll 1
-    for (int i = first + tid % 128; i < kDV * Traits::kBlockN; i += 128) {
-      sVt(i % kDV, i / kDV, v_state.index) = Element(0);
+      for (int i = first + tid % 128; i < kGroups * Traits::kBlockN; i += 128) {
+        *reinterpret_cast<uint4*>(&sVt(8 * (i % kGroups), i / kGroups, v_state.index)) = make_uint4(0u, 0u, 0u, 0u);
+      }
     }
     cutlass::arch::fence_view_async_shared();
     barrier_sync(epilogue_barrier(wg), 128);
@@ -475,10 +479,6 @@ struct FwdConsumer {
     auto o = rowcol_view(tOrO);
     float rescale[Softmax::kRowsPerThread];
 
-    // The block whose V may need clearing is the tile's last; this warpgroup runs it
-    // unless it skipped it above. Cleared before the first Q·Kᵀ, while S holds no
-    // registers yet.
-    if (v_valid < Traits::kBlockN && n_own == n_end) clear_v_rows(smem, v_pipe, v_valid);
     int n = n_own - 1;
     // The block scales are read before the waits, which hide their latency.
     float k_scale = scales.k_block(n);
@@ -487,6 +487,10 @@ struct FwdConsumer {
     turn_wait();
     gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);
     turn_pass();
+    // The block whose V may need clearing is the tile's last; this warpgroup runs it
+    // unless it skipped it above. Cleared while its first Q·Kᵀ runs: the wait for V's
+    // landing and the stores hide under it.
+    if (v_valid < Traits::kBlockN && n_own == n_end) clear_v_rows(smem, v_pipe, v_valid);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
     scores_to_probs<true, Scales>(k_pipe, mask, s, coord, m_block, n, scales, k_scale, softmax, rescale);
