@@ -11,11 +11,14 @@ sequence's blocks without a mask; up to its diagonal with one). One CTA per SM.
 
 Orders modelled:
   static    the non-causal order: each (sequence, head) pair's query blocks in a row,
-            CTA c taking slots c, c + ctas, ... (heads_per_group 1)
+            CTA c taking slots c, c + ctas, ... (heads_per_group 1); kernels with CTA
+            pairs and the FP8 kernels take it
   groups    the causal order: pairs in groups, query blocks from the last, the group's
-            heads fastest, drawn from a counter as CTAs finish (`group` pairs a group)
+            heads fastest, drawn from a counter as CTAs finish (`group` pairs a group);
+            the FP8 kernels take it
   compact   only real tiles, sequence by sequence in the call's order, query blocks
-            from the last, heads fastest, drawn from a counter (not in the kernels)
+            from the last, heads fastest, drawn from a counter (the 16-bit kernels
+            without CTA pairs take it: FA3_VARLEN_DYNAMIC_ORDER)
   sorted    compact with the longest sequences first (not in the kernels)
 
     python scripts/sim_varlen_order.py
@@ -24,7 +27,9 @@ Orders modelled:
 prints each order's modelled time on the batch and on the fixed-length batch of its
 tokens and work (bench_variants.equal_work_shape's), with and without a mask. It is a
 model: it leaves out memory, the L2 and clocks, and tells only how much the order and
-the empty slots can cost.
+the empty slots can cost. It also leaves out the sequences' partial blocks, which cost
+more than their padded work (docs/perf-log.md): on an H100 the compact order ran the
+bench batch at 1.14x the fixed batch's time without a mask, where it models 1.02-1.03x.
 """
 import argparse
 import heapq
