@@ -25,7 +25,11 @@ One point per variant: batch x seqlen = 16384 tokens at 16k (batch 1), hidden si
                work and tokens (variant "fixedSxB": B sequences of S tokens, S the
                lengths' mean weighted by length, rounded to a multiple of 128); same
                head dim and heads. Skipped, with a note, when the build runs varlen
-               calls on the CPU
+               calls on the CPU. --yardstick also times FlashAttention-3's
+               flash_attn_varlen_func and flash_attn_func on the same two calls
+               (flash_attn_interface built with its varlen paths:
+               bench/build_flashattention3.py --varlen), records with impl
+               "flashattention3" against its own fixed-length call
 
 FLOPs count the visible (query, key) pairs exactly (2 * pairs * (hdim + hdim_v) per
 head for the forward: S = QK^T costs hdim, O = PV hdim_v, 4 * pairs * hdim when they
@@ -41,6 +45,7 @@ longest sequence, its batch 1 and its lengths in "lengths").
     python bench/bench_variants.py --seqlen 8192 --hdim 64 --passes fwd
     python bench/bench_variants.py --passes fwd --head-dim-v-pairs 192:128,64:256
     python bench/bench_variants.py --varlen-lengths 512:8192
+    python bench/bench_variants.py --varlen-only --yardstick
 """
 
 import argparse
@@ -378,13 +383,35 @@ def run_varlen(args, gpu):
 
         fixed_err = check(fixed_call(), fq, fk, fv, causal, (-1, -1), 0.0, None)
         baseline = f"fixed{seqlen}x{batch}"
+        varlen_sizes = dict(seqlen=longest, batch=1, pairs=pairs)
+        fixed_sizes = dict(seqlen=seqlen, batch=batch, pairs=visible_pairs(seqlen, causal, (-1, -1)))
         calls = [
-            (varlen, (q, k, v), dout, err, "varlen", dict(seqlen=longest, batch=1, pairs=pairs), lengths),
-            (fixed_call, (fq, fk, fv), fdout, fixed_err, baseline,
-             dict(seqlen=seqlen, batch=batch, pairs=visible_pairs(seqlen, causal, (-1, -1))), None),
+            (varlen, (q, k, v), dout, err, "varlen", varlen_sizes, lengths, "fa3"),
+            (fixed_call, (fq, fk, fv), fdout, fixed_err, baseline, fixed_sizes, None, "fa3"),
         ]
-        for forward, inputs, grad_out, rel_err, name, sizes, seq_lengths in calls:
-            fields = {} if seq_lengths is None else {"lengths": seq_lengths}
+        if args.yardstick:
+            peer = yardstick()
+
+            def peer_varlen(q=q, k=k, v=v, causal=causal):
+                return first_output(
+                    peer.flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, longest, longest, causal=causal)
+                )
+
+            def peer_fixed(q=fq, k=fk, v=fv, causal=causal):
+                return first_output(peer.flash_attn_func(q, k, v, causal=causal))
+
+            out = peer_varlen()
+            peer_err = 0.0
+            for i in {order[0], order[len(order) // 2], order[-1]}:
+                rows = slice(int(cu_seqlens[i]), int(cu_seqlens[i + 1]))
+                peer_err = max(peer_err, check(*[t[rows][None] for t in (out, q, k, v)], causal, (-1, -1), 0.0, None))
+            peer_fixed_err = check(peer_fixed(), fq, fk, fv, causal, (-1, -1), 0.0, None)
+            calls += [
+                (peer_varlen, (q, k, v), dout, peer_err, "varlen", varlen_sizes, lengths, "flashattention3"),
+                (peer_fixed, (fq, fk, fv), fdout, peer_fixed_err, baseline, fixed_sizes, None, "flashattention3"),
+            ]
+        for forward, inputs, grad_out, rel_err, name, sizes, seq_lengths, impl in calls:
+            fields = {"impl": impl} if seq_lengths is None else {"impl": impl, "lengths": seq_lengths}
             timed = {"fwd": forward}
             if "bwd" in args.passes:
                 leaves = tuple(t.detach().requires_grad_() for t in inputs)
@@ -400,15 +427,31 @@ def run_varlen(args, gpu):
 
 
 def print_table(records):
-    ms = {(r["pass"], r["causal"], r["variant"]): r["ms"] for r in records}
-    print("| pass | causal | variant | ms | TFLOP/s | time vs baseline |")
-    print("|---|---|---|---|---|---|")
+    """Each record's time against its baseline's, the same implementation's."""
+    ms = {(r["impl"], r["pass"], r["causal"], r["variant"]): r["ms"] for r in records}
+    print("| impl | pass | causal | variant | ms | TFLOP/s | time vs baseline |")
+    print("|---|---|---|---|---|---|---|")
     for r in records:
-        ratio = r["ms"] / ms[(r["pass"], r["causal"], r["baseline"])]
+        ratio = r["ms"] / ms[(r["impl"], r["pass"], r["causal"], r["baseline"])]
         print(
-            f"| {r['pass']} | {'yes' if r['causal'] else 'no'} | {r['variant']} | {r['ms']:.3f} | "
+            f"| {r['impl']} | {r['pass']} | {'yes' if r['causal'] else 'no'} | {r['variant']} | {r['ms']:.3f} | "
             f"{r['tflops']:.0f} | {ratio:.3f} ({r['baseline']}) |"
         )
+
+
+def yardstick():
+    """FlashAttention-3's Python interface, for --yardstick (bench/build_flashattention3.py
+    --varlen builds it with the varlen paths)."""
+    try:
+        import flash_attn_interface
+    except ImportError:
+        sys.exit("bench_variants: --yardstick needs FlashAttention-3's flash_attn_interface on PYTHONPATH")
+    return flash_attn_interface
+
+
+def first_output(result):
+    """The output of a call that returns it alone or as (out, lse), as releases differ."""
+    return result[0] if isinstance(result, tuple) else result
 
 
 def length_range(text):
@@ -460,9 +503,17 @@ def parse_args(argv=None):
     varlen = parser.add_mutually_exclusive_group()
     varlen.add_argument("--no-varlen", action="store_true", help="leave out the varlen variant")
     varlen.add_argument("--varlen-only", action="store_true", help="time the varlen variant and its baseline alone")
+    parser.add_argument(
+        "--yardstick",
+        action="store_true",
+        help="also time FlashAttention-3 (flash_attn_interface) on the varlen variant and its baseline",
+    )
     parser.add_argument("--rep-ms", type=int, default=200)
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.yardstick and args.no_varlen:
+        parser.error("--yardstick times the varlen variant: not with --no-varlen")
+    return args
 
 
 def main(argv=None):

@@ -4,6 +4,7 @@ process. Nothing of it enters fa3: the build goes to its own directory.
 
     python bench/build_flashattention3.py --source PATH/flash-attention \\
         --cutlass CUTLASS_INCLUDE_DIR --out DIR [--head-dims 64 128 256] [--mha-only] [--fp8] [--forward-only]
+        [--varlen]
     PYTHONPATH=DIR/pkg python bench/bench_attention.py --passes bwd --impls fa3 flashattention3
 
 Only what the sweep runs is compiled: bf16, the head dims asked for, forward and
@@ -11,12 +12,14 @@ backward, without FP8, fp16, varlen, paged KV, split KV, local windows, softcap,
 GQA, clusters and the SM8x kernels (its own DISABLE switches). --fp8 adds its e4m3
 forward at the same head dims (for bench_attention.py --dtypes e4m3 --fp8-scales
 descales). --forward-only leaves out its backward (its own DISABLE_BACKWARD switch), for
-forward-only comparisons such as FP8's. --mha-only also leaves out
-the backward's GQA and deterministic instances, three quarters of the backward's kernels
-(the sweep is MHA and non-deterministic); a source whose switches are not found is built
-whole, with a warning. The CUTLASS headers are any recent 3.x/4.x include directory
-(fa3's own, unpacked, were used on 2026-12-04). Needs torch and nvcc; three head dims
-took under 3 minutes with 8 parallel jobs (MAX_JOBS sets ninja's; default: every core).
+forward-only comparisons such as FP8's. --varlen keeps its varlen paths (for
+bench_variants.py --varlen-only --yardstick; the same units, twice the instances).
+--mha-only also leaves out the backward's GQA and deterministic instances, three
+quarters of the backward's kernels (the sweep is MHA and non-deterministic); a source
+whose switches are not found is built whole, with a warning. The CUTLASS headers are any
+recent 3.x/4.x include directory (fa3's own, unpacked, were used on 2026-12-04). Needs
+torch and nvcc; three head dims took under 3 minutes with 8 parallel jobs (MAX_JOBS sets
+ninja's; default: every core).
 """
 
 import argparse
@@ -50,20 +53,23 @@ MHA_ONLY_SWITCHES = (
 )
 
 
-def disabled_macros(head_dims, fp8=False, forward_only=False):
+def disabled_macros(head_dims, fp8=False, forward_only=False, varlen=False):
     """The FLASHATTENTION_DISABLE_* macros of a build for `head_dims` (with its FP8
-    forward: `fp8`; without its backward: `forward_only`)."""
-    macros = ["FLASHATTENTION_DISABLE_" + name for name in UNUSED if not (fp8 and name == "FP8")]
+    forward: `fp8`; without its backward: `forward_only`; with its varlen paths: `varlen`)."""
+    kept = {"FP8"} if fp8 else set()
+    if varlen:
+        kept.add("VARLEN")
+    macros = ["FLASHATTENTION_DISABLE_" + name for name in UNUSED if name not in kept]
     if forward_only:
         macros.append("FLASHATTENTION_DISABLE_BACKWARD")
     macros += [f"FLASHATTENTION_DISABLE_HDIM{h}" for h in HEAD_DIMS if h not in head_dims]
     return macros
 
 
-def config_module(head_dims, fp8=False, forward_only=False):
+def config_module(head_dims, fp8=False, forward_only=False, varlen=False):
     """Text of the flash_attn_config module its interface imports (its setup.py writes
     one): which switches the build was made with."""
-    off = set(disabled_macros(head_dims, fp8, forward_only))
+    off = set(disabled_macros(head_dims, fp8, forward_only, varlen))
     flags = {f"FLASHATTENTION_DISABLE_{name}": f"FLASHATTENTION_DISABLE_{name}" in off for name in CONFIG_SWITCHES}
     flags["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] = True
     flags["FLASH_ATTENTION_DISABLE_HDIMDIFF192"] = True
@@ -101,6 +107,7 @@ def parse_args(argv=None):
     parser.add_argument("--mha-only", action="store_true", help="no GQA or deterministic backward instances")
     parser.add_argument("--fp8", action="store_true", help="also its e4m3 forward at the same head dims")
     parser.add_argument("--forward-only", action="store_true", help="no backward kernels")
+    parser.add_argument("--varlen", action="store_true", help="keep its varlen paths (flash_attn_varlen_func)")
     args = parser.parse_args(argv)
     if not (args.source / "hopper" / "flash_api_stable.cpp").is_file():
         parser.error(f"--source: no hopper/flash_api_stable.cpp under {args.source}")
@@ -126,12 +133,12 @@ def main(argv=None):
     pkg = args.out / "pkg"
     (pkg / "flash_attn_3").mkdir(parents=True, exist_ok=True)
     (pkg / "flash_attn_3" / "__init__.py").write_text("")
-    (pkg / "flash_attn_config.py").write_text(config_module(head_dims, args.fp8, args.forward_only))
+    (pkg / "flash_attn_config.py").write_text(config_module(head_dims, args.fp8, args.forward_only, args.varlen))
     shutil.copy(src / "flash_attn_interface.py", pkg / "flash_attn_interface.py")
 
     from torch.utils.cpp_extension import load
 
-    defines = ["-D" + m for m in disabled_macros(head_dims, args.fp8, args.forward_only)]
+    defines = ["-D" + m for m in disabled_macros(head_dims, args.fp8, args.forward_only, args.varlen)]
     build = args.out / "build"
     build.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))

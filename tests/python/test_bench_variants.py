@@ -183,3 +183,33 @@ def test_the_order_models_batch_is_the_benchmarks():
     for causal in (False, True):
         seqlen, batch = bench_variants.equal_work_shape(lengths, causal)
         assert sim_varlen_order.equal_work_lengths(lengths, causal) == [seqlen] * batch
+
+
+def test_yardstick_needs_the_varlen_variant(capsys):
+    assert bench_variants.parse_args(["--varlen-only", "--yardstick"]).yardstick
+    with pytest.raises(SystemExit):
+        bench_variants.parse_args(["--no-varlen", "--yardstick"])
+    assert "not with --no-varlen" in capsys.readouterr().err
+
+
+def test_yardstick_without_flashattention3_is_a_clear_exit(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", None)
+    with pytest.raises(SystemExit, match="needs FlashAttention-3's flash_attn_interface"):
+        bench_variants.yardstick()
+
+
+def test_table_rates_each_implementation_against_its_own_baseline(capsys):
+    def record(impl, variant, ms):
+        return {"impl": impl, "pass": "fwd", "causal": False, "variant": variant, "baseline": "fixed", "ms": ms,
+                "tflops": 1.0}
+
+    bench_variants.print_table([record("fa3", "varlen", 1.2), record("fa3", "fixed", 1.0),
+                                record("flashattention3", "varlen", 3.0), record("flashattention3", "fixed", 2.0)])
+    rows = capsys.readouterr().out.splitlines()
+    assert "| fa3 | fwd | no | varlen | 1.200 | 1 | 1.200 (fixed) |" in rows
+    assert "| flashattention3 | fwd | no | varlen | 3.000 | 1 | 1.500 (fixed) |" in rows
+
+
+def test_first_output_takes_out_of_either_form():
+    assert bench_variants.first_output(("out", "lse")) == "out"
+    assert bench_variants.first_output("out") == "out"

@@ -108,3 +108,11 @@ def test_bad_paths_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
         build.parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_varlen_keeps_its_varlen_paths_and_says_so():
+    assert "FLASHATTENTION_DISABLE_VARLEN" not in build.disabled_macros([128], varlen=True)
+    assert "FLASHATTENTION_DISABLE_PAGEDKV" in build.disabled_macros([128], varlen=True)
+    namespace = {}
+    exec(build.config_module([128], varlen=True), namespace)
+    assert namespace["CONFIG"]["build_flags"]["FLASHATTENTION_DISABLE_VARLEN"] is False
