@@ -346,6 +346,17 @@ def equal_work_shape(lengths, causal):
     return seqlen, max(1, round(tokens / seqlen))
 
 
+def varlen_error(out, q, k, v, lengths, cu_seqlens, causal):
+    """The largest error of a packed call's output against the reference on the shortest,
+    a middle and the longest of its sequences."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    err = 0.0
+    for i in {order[0], order[len(order) // 2], order[-1]}:
+        rows = slice(int(cu_seqlens[i]), int(cu_seqlens[i + 1]))
+        err = max(err, check(*[t[rows][None] for t in (out, q, k, v)], causal, (-1, -1), 0.0, None))
+    return err
+
+
 def run_varlen(args, gpu):
     """A packed batch of mixed lengths through flash_attn_varlen_func, against the
     fixed-length call of equal work and tokens, forward and backward."""
@@ -366,14 +377,7 @@ def run_varlen(args, gpu):
                 q, k, v, cu_seqlens, cu_seqlens, longest, longest, causal=causal
             )
 
-        out = varlen()
-        # Each of the shortest, a middle and the longest sequence against the reference.
-        order = sorted(range(len(lengths)), key=lengths.__getitem__)
-        err = 0.0
-        for i in {order[0], order[len(order) // 2], order[-1]}:
-            rows = slice(int(cu_seqlens[i]), int(cu_seqlens[i + 1]))
-            one = [t[rows][None] for t in (out, q, k, v)]
-            err = max(err, check(*one, causal, (-1, -1), 0.0, None))
+        err = varlen_error(varlen(), q, k, v, lengths, cu_seqlens, causal)
         pairs = sum(visible_pairs(n, causal, (-1, -1)) for n in lengths)
         seqlen, batch = equal_work_shape(lengths, causal)
         fq, fk, fv, fdout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=dtype) for _ in range(4))
@@ -400,11 +404,7 @@ def run_varlen(args, gpu):
             def peer_fixed(q=fq, k=fk, v=fv, causal=causal):
                 return first_output(peer.flash_attn_func(q, k, v, causal=causal))
 
-            out = peer_varlen()
-            peer_err = 0.0
-            for i in {order[0], order[len(order) // 2], order[-1]}:
-                rows = slice(int(cu_seqlens[i]), int(cu_seqlens[i + 1]))
-                peer_err = max(peer_err, check(*[t[rows][None] for t in (out, q, k, v)], causal, (-1, -1), 0.0, None))
+            peer_err = varlen_error(peer_varlen(), q, k, v, lengths, cu_seqlens, causal)
             peer_fixed_err = check(peer_fixed(), fq, fk, fv, causal, (-1, -1), 0.0, None)
             calls += [
                 (peer_varlen, (q, k, v), dout, peer_err, "varlen", varlen_sizes, lengths, "flashattention3"),

@@ -213,3 +213,15 @@ def test_table_rates_each_implementation_against_its_own_baseline(capsys):
 def test_first_output_takes_out_of_either_form():
     assert bench_variants.first_output(("out", "lse")) == "out"
     assert bench_variants.first_output("out") == "out"
+
+
+def test_varlen_error_checks_the_shortest_middle_and_longest_sequences():
+    lengths = [5, 17, 9]
+    cu_seqlens = torch.tensor([0] + lengths).cumsum(0).to(torch.int32)
+    q, k, v = (torch.randn(sum(lengths), 2, 32, dtype=torch.bfloat16) for _ in range(3))
+    out = fa3.flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, 17, 17, causal=True)
+    assert bench_variants.varlen_error(out, q, k, v, lengths, cu_seqlens, True) < bench_variants.MAX_REL_ERR
+    wrong = out.clone()
+    wrong[5:22] = 0  # the longest sequence's rows
+    with pytest.raises(SystemExit, match="off by"):
+        bench_variants.varlen_error(wrong, q, k, v, lengths, cu_seqlens, True)
