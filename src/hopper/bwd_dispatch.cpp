@@ -80,7 +80,15 @@ bool bwd_runs_varlen(int head_dim) {
   return std::find(dims.begin(), dims.end(), head_dim) != dims.end();
 }
 
-MaskKind bwd_mask_kind(const Problem& p) { return p.varlen ? MaskKind::kGeneral : mask_kind(p); }
+MaskKind bwd_mask_kind(const Problem& p, DType dtype) {
+  const MaskKind kind = mask_kind(p);
+  if (!p.varlen || kind == MaskKind::kGeneral) return kind;
+  const int head_dim = bwd_problem_head_dim(p);
+  for (const BwdKernelEntry& k : bwd_kernels()) {
+    if (k.varlen && k.dtype == dtype && k.head_dim == head_dim && k.mask == kind) return kind;
+  }
+  return MaskKind::kGeneral;
+}
 
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) {
   BwdParams b;
@@ -158,7 +166,7 @@ BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) 
 
 Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaStream_t stream) {
   const int head_dim = bwd_problem_head_dim(p);
-  const MaskKind mask = bwd_mask_kind(p);
+  const MaskKind mask = bwd_mask_kind(p, a.q.dtype);
   if (p.varlen && !bwd_runs_varlen(head_dim)) {
     std::string dims;
     for (int d : bwd_varlen_head_dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);

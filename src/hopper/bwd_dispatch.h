@@ -53,9 +53,10 @@ bool bwd_varlen_enabled();
 std::vector<int> bwd_varlen_head_dims();
 bool bwd_runs_varlen(int head_dim);
 
-// The mask family whose kernel runs problem `p`: the problem's (mask_kind), except that a
-// varlen call, whatever its mask, runs on the general family's varlen instance.
-MaskKind bwd_mask_kind(const Problem& p);
+// The mask family whose kernel runs problem `p` with inputs of `dtype`: the problem's
+// (mask_kind), except that a varlen call runs on its family's varlen instance where the
+// build has one (FA3_BWD_VARLEN_OWN_FAMILIES), else on the general family's.
+MaskKind bwd_mask_kind(const Problem& p, DType dtype);
 
 // Builds BwdParams from validated arguments; `num_sms` bounds the persistent grid.
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& args, int num_sms);

@@ -93,12 +93,12 @@ Status launch_bwd_main(const typename Kernel::Params& params, int grid, cudaStre
       "backward kernel launch");
 }
 
-// kVarlen: the instance that carries the varlen paths (BwdConfig::varlen), of the general
-// mask only.
+// kVarlen: the instance that carries the varlen paths (BwdConfig::varlen): the general
+// family's, and with FA3_BWD_VARLEN_OWN_FAMILIES the plain and causal ones' too.
 template <class Element, int kHeadDim, class Mask, bool kVarlen>
 Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using namespace cute;
-  static_assert(!kVarlen || (Mask::kGeneral && kVarlenKernels));
+  static_assert(!kVarlen || kVarlenKernels);
   constexpr BwdConfig kCfg = [] {
     BwdConfig c = bwd_config(kHeadDim);
     c.varlen = kVarlen;

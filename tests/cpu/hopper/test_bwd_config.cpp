@@ -174,10 +174,11 @@ TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
   }
 }
 
-// A varlen backward call runs on the general family's varlen instance (at the head dims
-// of FA3_BWD_VARLEN_HEAD_DIMS, which BuildInfo reports), whatever its mask; a
-// fixed-length call on its own family, never on the varlen one.
-TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernelsVarlenInstance) {
+// A varlen backward call runs on a varlen instance (at the head dims of
+// FA3_BWD_VARLEN_HEAD_DIMS, which BuildInfo reports): its own family's where one is built
+// (FA3_BWD_VARLEN_OWN_FAMILIES), else the general family's; a fixed-length call on its
+// own family, never on a varlen one.
+TEST(BwdDispatch, VarlenCallsRunOnAVarlenInstance) {
   const std::vector<int>& listed = build_info().gpu_varlen_backward_head_dims;
   if (!bwd_varlen_enabled()) EXPECT_TRUE(listed.empty());
   for (int d : kHeadDims) {
@@ -190,10 +191,7 @@ TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernelsVarlenInstance) {
   const std::vector<int> dims = bwd_varlen_head_dims();
   EXPECT_TRUE(std::is_sorted(dims.begin(), dims.end()));
   for (const BwdKernelEntry& k : bwd_kernels()) {
-    if (k.varlen) {
-      EXPECT_EQ(k.mask, MaskKind::kGeneral);
-      EXPECT_TRUE(bwd_runs_varlen(k.head_dim)) << k.head_dim;
-    }
+    if (k.varlen) EXPECT_TRUE(bwd_runs_varlen(k.head_dim)) << k.head_dim;
   }
   for (bool causal : {false, true}) {
     Problem p;
@@ -205,9 +203,16 @@ TEST(BwdDispatch, VarlenCallsRunOnTheGeneralKernelsVarlenInstance) {
     p.causal = causal;
     p.window_right = causal ? 0 : -1;
     const MaskKind own = causal ? MaskKind::kCausal : MaskKind::kPlain;
-    EXPECT_EQ(bwd_mask_kind(p), own);
-    p.varlen = true;
-    EXPECT_EQ(bwd_mask_kind(p), MaskKind::kGeneral);
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      p.varlen = false;
+      EXPECT_EQ(bwd_mask_kind(p, dtype), own);
+      p.varlen = true;
+      bool own_varlen = false;
+      for (const BwdKernelEntry& k : bwd_kernels()) {
+        own_varlen |= k.varlen && k.dtype == dtype && k.head_dim == 128 && k.mask == own;
+      }
+      EXPECT_EQ(bwd_mask_kind(p, dtype), own_varlen ? own : MaskKind::kGeneral);
+    }
   }
 }
 

@@ -128,7 +128,7 @@ BwdInputs make_inputs(DType dtype, const Shape& s, std::int64_t d, bool causal, 
 
 bool built(DType dtype, int head_dim, hopper::MaskKind mask) {
   for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
-    if (k.dtype == dtype && k.head_dim == head_dim && k.mask == mask) return true;
+    if (k.dtype == dtype && k.head_dim == head_dim && k.mask == mask && !k.varlen) return true;
   }
   return false;
 }
@@ -198,7 +198,9 @@ void PrintTo(const Kernel& k, std::ostream* os) { *os << k.name(); }
 std::vector<Kernel> built_kernels() {
   std::vector<Kernel> out;
   for (const hopper::BwdKernelEntry& k : hopper::bwd_kernels()) {
-    if (k.mask != hopper::MaskKind::kGeneral) out.push_back({k.dtype, k.head_dim, k.mask == hopper::MaskKind::kCausal});
+    if (k.mask != hopper::MaskKind::kGeneral && !k.varlen) {
+      out.push_back({k.dtype, k.head_dim, k.mask == hopper::MaskKind::kCausal});
+    }
   }
   return out;
 }
