@@ -65,6 +65,7 @@ std::string to_json(const std::vector<BenchRecord>& records) {
       << ", \"nheads\": " << r.nheads << ", \"tflops\": " << exact_number(r.tflops)
       << ", \"ms\": " << exact_number(r.ms) << ", \"device\": " << json_string(r.device)
       << ", \"gpu\": " << json_string(r.gpu);
+    if (!r.timing.empty()) s << ", \"timing\": " << json_string(r.timing);
     if (r.pass == "bwd") s << ", \"deterministic\": " << (r.deterministic ? "true" : "false");
     s << "}";
     first = false;
@@ -76,13 +77,14 @@ std::string to_json(const std::vector<BenchRecord>& records) {
 std::string to_csv(const std::vector<BenchRecord>& records, const CsvColumns& columns) {
   std::ostringstream s;
   s << "impl,pass,dtype,hdim" << (columns.hdim_v ? ",hdim_v" : "") << ",causal,seqlen,batch,nheads,tflops,ms,device,gpu"
-    << (columns.deterministic ? ",deterministic" : "") << '\n';
+    << (columns.timing ? ",timing" : "") << (columns.deterministic ? ",deterministic" : "") << '\n';
   for (const BenchRecord& r : records) {
     if (!r.error.empty()) continue;
     s << "fa3," << csv_field(r.pass) << ',' << csv_field(r.dtype) << ',' << r.hdim;
     if (columns.hdim_v) s << ',' << r.hdim_v;
     s << ',' << (r.causal ? "true" : "false") << ',' << r.seqlen << ',' << r.batch << ',' << r.nheads << ','
       << exact_number(r.tflops) << ',' << exact_number(r.ms) << ',' << csv_field(r.device) << ',' << csv_field(r.gpu);
+    if (columns.timing) s << ',' << csv_field(r.timing);
     if (columns.deterministic) s << ',' << (r.deterministic ? "true" : "false");
     s << '\n';
   }

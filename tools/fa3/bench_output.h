@@ -23,11 +23,13 @@ struct BenchRecord {
   double ms = 0;
   std::string device;  // "gpu" or "cpu"
   std::string gpu;     // the GPU's name, or "cpu"
+  std::string timing;  // "l2-flushed": GPU calls timed after an L2 flush (--flush-l2); empty: back to back
   std::string error;   // why the library rejected the shape; such records are not written
 };
 
 // Records without an error, as {"impl": "fa3", "pass": "fwd", ...} objects; "hdim_v"
-// follows "hdim" when the record has one, and "bwd" records end with "deterministic".
+// follows "hdim" when the record has one, "timing" follows "gpu" when the record has
+// one, and "bwd" records end with "deterministic".
 std::string to_json(const std::vector<BenchRecord>& records);
 
 // The CSV columns beyond the fixed ones. A file holds one sweep, so every record has
@@ -35,6 +37,7 @@ std::string to_json(const std::vector<BenchRecord>& records);
 struct CsvColumns {
   bool hdim_v = false;         // after hdim: the sweep asked for a V head dim
   bool deterministic = false;  // last: a backward sweep
+  bool timing = false;         // after gpu: GPU calls timed after an L2 flush
 };
 // The same as CSV, one record a line.
 std::string to_csv(const std::vector<BenchRecord>& records, const CsvColumns& columns);

@@ -145,6 +145,7 @@ BenchRecord record_for(const AttentionShape& s, const BenchConfig& c, const Path
   r.nheads = s.nheads_q;
   r.device = path.path == Path::kGpu ? "gpu" : "cpu";
   r.gpu = path.path == Path::kGpu ? path.device.name : "cpu";
+  if (c.exec.flush_l2 && path.path == Path::kGpu) r.timing = "l2-flushed";
   return r;
 }
 
@@ -285,8 +286,11 @@ int bench_command(const std::vector<std::string>& args) {
     failed = true;
   }
   if (!config.json_path.empty()) write_file(config.json_path, to_json(records));
-  if (!config.csv_path.empty())
-    write_file(config.csv_path, to_csv(records, {config.head_dim_v.has_value(), config.pass.backward}));
+  if (!config.csv_path.empty()) {
+    const bool flushed =
+        std::any_of(records.begin(), records.end(), [](const BenchRecord& r) { return !r.timing.empty(); });
+    write_file(config.csv_path, to_csv(records, {config.head_dim_v.has_value(), config.pass.backward, flushed}));
+  }
   return failed ? kExitError : kExitOk;
 }
 

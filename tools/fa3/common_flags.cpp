@@ -11,6 +11,9 @@ namespace {
 // already take minutes.
 constexpr std::int64_t kMaxIters = 1'000'000;
 constexpr std::int64_t kMaxThreads = 4096;
+// What --flush-l2 overwrites: 256 MiB, several times a Hopper GPU's L2 (50-60 MB), as the
+// L2 flush of bench/bench_attention.py and Triton's do_bench.
+constexpr std::size_t kFlushBytes = std::size_t{256} << 20;
 
 }  // namespace
 
@@ -26,6 +29,7 @@ TimingConfig ExecutionOptions::timing(const TimingConfig& defaults) const {
   TimingConfig t = defaults;
   if (warmup) t.warmup = *warmup;
   if (iters) t.iters = *iters;
+  if (flush_l2) t.flush_bytes = kFlushBytes;
   return t;
 }
 
@@ -46,6 +50,7 @@ std::vector<Flag> execution_flags(ExecutionOptions* o) {
          if (v.empty()) throw UsageError("--kernel needs a kernel name, such as 128x128");
          o->kernel = v;
        }},
+      {"flush-l2", false, [o](const std::string&) { o->flush_l2 = true; }},
   };
 }
 
@@ -55,6 +60,9 @@ void check_execution(const ExecutionOptions& o) {
   }
   if (!o.kernel.empty() && o.device == DeviceChoice::kCpu) {
     throw UsageError("--kernel names a GPU kernel; it cannot be used with --device cpu");
+  }
+  if (o.flush_l2 && o.device == DeviceChoice::kCpu) {
+    throw UsageError("--flush-l2 flushes the GPU's L2 cache; it cannot be used with --device cpu");
   }
 }
 

@@ -29,12 +29,13 @@ struct ExecutionOptions {
   int threads = 0;            // CPU path; 0: one per hardware thread
   std::uint64_t seed = 0;
   std::string kernel;  // GPU forward kernel by name; empty: the library's choice
+  bool flush_l2 = false;  // GPU: a cold L2 before each timed call (TimingConfig::flush_bytes)
 
-  // `defaults` (the path's) with --warmup and --iters applied.
+  // `defaults` (the path's) with --warmup, --iters and --flush-l2 applied.
   TimingConfig timing(const TimingConfig& defaults) const;
 };
 
-// --dtype, --device, --warmup, --iters, --threads, --seed, --kernel.
+// --dtype, --device, --warmup, --iters, --threads, --seed, --kernel, --flush-l2.
 std::vector<Flag> execution_flags(ExecutionOptions* options);
 
 // Rules between those flags (fp32 has no GPU kernels); throws UsageError.

@@ -2,6 +2,7 @@
 // (the median shrugs off a stray slow call).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +15,9 @@ namespace fa3::cli {
 struct TimingConfig {
   int warmup = 1;
   int iters = 3;
+  // GPU: bytes of a buffer overwritten before each timed call (outside its events), so
+  // that every call starts with nothing of its own in the L2; 0: calls back to back.
+  std::size_t flush_bytes = 0;
 };
 
 struct Timing {
@@ -29,8 +33,8 @@ Timing summarize(std::vector<double> times_ms);
 // `timing` is filled only on success.
 Status time_host_calls(const std::function<Status()>& call, const TimingConfig& config, Timing* timing);
 
-// `call` enqueued on a stream of its own, timed with CUDA events around each call.
-// Throws RunError on a CUDA failure.
+// `call` enqueued on a stream of its own, timed with CUDA events around each call
+// (each after a flush of config.flush_bytes when set). Throws RunError on a CUDA failure.
 Status time_device_calls(const std::function<Status(cudaStream_t)>& call, const TimingConfig& config,
                          Timing* timing);
 

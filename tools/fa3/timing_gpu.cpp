@@ -15,10 +15,16 @@ Status time_device_calls(const std::function<Status(cudaStream_t)>& call, const 
     if (!s.is_ok()) return s;
   }
   // One event pair per call, read after a single synchronisation: no host round trip
-  // between calls, so back-to-back launches are timed as a user would issue them.
+  // between calls, so back-to-back launches are timed as a user would issue them. With
+  // a flush, a write of the whole buffer comes between each call and the one before,
+  // as bench/bench_attention.py and FlashAttention's benchmarks time.
+  const DeviceBuffer flush = config.flush_bytes > 0 ? DeviceBuffer(config.flush_bytes) : DeviceBuffer();
   std::vector<CudaEvent> start(static_cast<std::size_t>(config.iters));
   std::vector<CudaEvent> stop(static_cast<std::size_t>(config.iters));
   for (int i = 0; i < config.iters; ++i) {
+    if (flush.bytes() > 0) {
+      cuda_check(cudaMemsetAsync(flush.get(), i & 0xff, flush.bytes(), stream.get()), "cudaMemsetAsync (L2 flush)");
+    }
     cuda_check(cudaEventRecord(start[i].get(), stream.get()), "cudaEventRecord");
     Status s = call(stream.get());
     if (!s.is_ok()) return s;

@@ -84,6 +84,9 @@ execution:
                      the library's choice; an unknown name is refused with the
                      list of kernels built for the problem (with --backward:
                      the forward that writes out and lse)
+  --flush-l2         GPU: overwrite a 256 MiB buffer before each timed call, so
+                     that every call starts with a cold L2 cache, as
+                     bench/bench_attention.py times (default: back to back)
   --check-rows N     query rows compared with the reference, spread over batch,
                      heads and rows, the last row included (default 16; 0: none);
                      with --backward also N key rows (of dk, dv), spread over
@@ -142,6 +145,7 @@ options:
   --warmup N         untimed calls per shape first
   --threads N        CPU threads (default 0: one per hardware thread)
   --kernel NAME      GPU forward kernel for every shape, as in `fa3 run`
+  --flush-l2         GPU: a cold L2 cache before each timed call, as in `fa3 run`
   --seed N           random seed of the inputs (default 0)
   --json FILE        write the results as a JSON list of records
   --csv FILE         write the results as CSV, one record a line
@@ -149,8 +153,9 @@ options:
 
 A record: {"impl": "fa3", "pass": "fwd" | "bwd", "dtype", "hdim", "causal",
 "seqlen", "batch", "nheads", "tflops", "ms", "device": "gpu" | "cpu", "gpu": the
-GPU's name or "cpu"}, with "hdim_v" after "hdim" when --head-dim-v is given, and
-for "bwd" "deterministic" (true | false) last; the CSV has the same columns.
+GPU's name or "cpu"}, with "hdim_v" after "hdim" when --head-dim-v is given,
+"timing": "l2-flushed" after "gpu" when --flush-l2 timed GPU calls, and for "bwd"
+"deterministic" (true | false) last; the CSV has the same columns.
 TFLOP/s count the forward's FLOPs as 2 x batch x nheads x seqlen^2 x (hdim +
 hdim_v), halved when causal (hdim_v = hdim without --head-dim-v). A shape the
 library rejects is reported (in a backward sweep with the call that refused it:

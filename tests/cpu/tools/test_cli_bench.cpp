@@ -351,6 +351,32 @@ TEST_F(CliBench, HeadDimVBackwardOnTheGpu) {
   EXPECT_EQ(doc->array[0].find("pass")->string, "bwd");
 }
 
+// --flush-l2 on the GPU: the calls are timed after a flush, and the files say so ("timing"
+// after "gpu" in the JSON, a column of its own in the CSV).
+TEST_F(CliBench, FlushedGpuTimingIsRecorded) {
+  const BuildInfo& build = build_info();
+  const bool built_128 = std::find(build.head_dims.begin(), build.head_dims.end(), 128) != build.head_dims.end();
+  if (!current_device().is_hopper() || !built_128) GTEST_SKIP() << "needs a Hopper GPU and head dim 128's kernels";
+  const CliResult r = run_cli("bench --device gpu --head-dims 128 --seqlens 256 --tokens 512 --hidden 256 --iters 2 "
+                              "--warmup 0 --non-causal --flush-l2 --json " + json_ + " --csv " + csv_);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto doc = parse_json(read_file(json_));
+  ASSERT_TRUE(doc.has_value()) << read_file(json_);
+  ASSERT_EQ(doc->array.size(), 1u);
+  const JsonValue& rec = doc->array[0];
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : rec.object) keys.push_back(k);
+  std::vector<std::string> expected = kFields;
+  expected.push_back("timing");
+  EXPECT_EQ(keys, expected);
+  EXPECT_EQ(rec.find("timing")->string, "l2-flushed");
+  EXPECT_GT(rec.find("tflops")->number, 0);
+  const std::vector<std::string> lines = split(read_file(csv_), '\n');
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "impl,pass,dtype,hdim,causal,seqlen,batch,nheads,tflops,ms,device,gpu,timing");
+  EXPECT_EQ(split(lines[1], ',').back(), "l2-flushed");
+}
+
 TEST_F(CliBench, UnwritableFileExitsOne) {
   const CliResult r = run_cli(std::string(kTinySweep) + " --seqlens 32 --head-dims 32 --json /nonexistent-dir/x.json");
   EXPECT_EQ(r.exit_code, 1);

@@ -65,6 +65,9 @@ std::vector<BadArgs> bad_args() {
       {"kernel_empty", "run --kernel=", "--kernel needs a kernel name"},
       {"kernel_on_cpu", "run --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
       {"bench_kernel_on_cpu", "bench --device cpu --kernel 128x128", "--kernel names a GPU kernel"},
+      {"flush_on_cpu", "run --device cpu --flush-l2", "--flush-l2 flushes the GPU's L2 cache"},
+      {"bench_flush_on_cpu", "bench --device cpu --flush-l2", "--flush-l2 flushes the GPU's L2 cache"},
+      {"flush_with_value", "bench --flush-l2=yes", "--flush-l2 takes no value"},
       {"deterministic_without_backward", "run --deterministic", "--deterministic applies to the backward pass"},
       {"bench_deterministic_without_backward", "bench --deterministic --seqlens 64",
        "--deterministic applies to the backward pass; add --backward"},
@@ -133,13 +136,13 @@ TEST(CliHelp, DocumentsEveryRunAndBenchOption) {
   for (const char* flag : {"--batch", "--seqlen ", "--seqlen-q", "--seqlen-k", "--nheads ", "--nheads-kv",
                            "--head-dim", "--dtype", "--causal", "--window", "--softcap", "--scale", "--device",
                            "--iters", "--warmup", "--threads", "--check-rows", "--seed", "--backward",
-                           "--deterministic", "--sinks"}) {
+                           "--deterministic", "--sinks", "--kernel", "--flush-l2"}) {
     EXPECT_TRUE(contains(run, flag)) << flag;
   }
   const std::string bench = run_cli("bench --help").out;
   for (const char* flag : {"--head-dims", "--head-dim-v", "--seqlens", "--causal", "--non-causal", "--tokens",
                            "--hidden", "--dtype", "--device", "--iters", "--warmup", "--json", "--csv", "--backward",
-                           "--deterministic"}) {
+                           "--deterministic", "--kernel", "--flush-l2"}) {
     EXPECT_TRUE(contains(bench, flag)) << flag;
   }
   EXPECT_TRUE(contains(bench, "default sweep on the CPU"));
