@@ -135,11 +135,10 @@ inline constexpr bool kBwdSpreadStarts = false;
 // the varlen paths (BwdConfig::varlen), which varlen calls of every mask run on
 // (bwd_dispatch.cpp), or with FA3_BWD_VARLEN_OWN_FAMILIES those of the plain and causal
 // masks on varlen instances of their own families; varlen calls of other head dims are
-// refused. The kernels of
-// fixed-length calls never carry the paths: they run at their register limit (a
-// 24-register producer beside two consumer warpgroups at 240), and the paths made them
-// spill more (at head dim 128, 68 bytes of spill stores where the plain kernel spills 40;
-// the general kernel 242 where it spills 170) and cost fixed-length window and chunk
-// calls 3-4 % (docs/perf-log.md).
+// refused. The kernels of fixed-length calls never carry the paths: they run at their
+// register limit (a 24-register producer beside two consumer warpgroups at 240), and the
+// paths made them spill more (at head dim 128, 68 bytes of spill stores where the plain
+// kernel spills 40; the general kernel 242 where it spills 170) and cost fixed-length
+// window and chunk calls 3-4 % (docs/perf-log.md).
 
 }  // namespace fa3::hopper
