@@ -257,8 +257,10 @@ constexpr FwdConfig fwd_config(int head_dim, int head_dim_v, FwdTile tile, int i
   // tile's start. +2-3 % at hdim 128 from 2k tokens (docs/perf-log.md). Q's fragment
   // (d/4 registers) fits beside two warpgroups' 224 only up to head dim 128: three
   // warpgroups at 160 spilled 96 bytes with it at head dim 64, and the hdim 192 kernel,
-  // O in registers at 240, spilled 32.
-  const bool q_registers = !fp8 && head_dim <= 128 && wgs == 2;
+  // O in registers at 240, spilled 32. Nor beside key blocks wider than 128: S, P and O
+  // of a 176-key block take 196 registers, and with Q's 32 ptxas serialized the
+  // mainloop's GMMAs and spilled in it (hdim 128, 128x160 and 128x176).
+  const bool q_registers = !fp8 && head_dim <= 128 && wgs == 2 && tile.block_n <= 128;
   // Every query block of a head reads all of its K/V from L2: about 5 TB/s at 650
   // TFLOP/s, whose energy lowers the clock under the power cap. Two CTAs on
   // neighbouring query blocks of a head halve that by sharing each load (TMA

@@ -108,14 +108,15 @@ TEST(FwdConfig, SkippedKeyBlocksWhereWarpgroupDiagonalsEndBlocksApart) {
 TEST(FwdConfig, QueryInRegistersForTwoWarpgroupsUpToHeadDim128) {
   // Q's fragment takes d/4 registers per thread: it fits beside two warpgroups' 224 up
   // to head dim 128, not beside three warpgroups' 160 (spilled at head dim 64) nor
-  // beside O at head dim 192 (spilled) and 256.
+  // beside O at head dim 192 (spilled) and 256, nor beside key blocks wider than 128
+  // (serialized GMMAs at 128x160 and 128x176).
   const struct {
     TileCase tile;
     bool q_registers;
   } cases[] = {{{64, {128, 128}}, true},   {{96, {128, 128}}, true},  {{128, {128, 128}}, true},
                {{128, {128, 128, OStore::kQBuffer}}, true},         {{64, {192, 128}}, false},
                {{64, {256, 64}}, false},   {{192, {128, 96}}, false}, {{256, {128, 80}}, false},
-               {{256, {128, 64}}, false}};
+               {{256, {128, 64}}, false},  {{128, {128, 160}}, false}, {{128, {128, 176}}, false}};
   for (const auto& c : cases) {
     EXPECT_EQ(fwd_config(c.tile.head_dim, c.tile.tile).q_registers, c.q_registers)
         << c.tile.head_dim << " " << c.tile.tile.block_m << "x" << c.tile.tile.block_n;
