@@ -80,14 +80,22 @@ bool bwd_runs_varlen(int head_dim) {
   return std::find(dims.begin(), dims.end(), head_dim) != dims.end();
 }
 
+namespace {
+
+// The built kernel of (dtype, head dim, mask, varlen or not), or null.
+const BwdKernelEntry* find_bwd_kernel(DType dtype, int head_dim, MaskKind mask, bool varlen) {
+  for (const BwdKernelEntry& k : bwd_kernels()) {
+    if (k.dtype == dtype && k.head_dim == head_dim && k.mask == mask && k.varlen == varlen) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 MaskKind bwd_mask_kind(const Problem& p, DType dtype) {
   const MaskKind kind = mask_kind(p);
   if (!p.varlen || kind == MaskKind::kGeneral) return kind;
-  const int head_dim = bwd_problem_head_dim(p);
-  for (const BwdKernelEntry& k : bwd_kernels()) {
-    if (k.varlen && k.dtype == dtype && k.head_dim == head_dim && k.mask == kind) return kind;
-  }
-  return MaskKind::kGeneral;
+  return find_bwd_kernel(dtype, bwd_problem_head_dim(p), kind, true) != nullptr ? kind : MaskKind::kGeneral;
 }
 
 BwdParams make_bwd_params(const Problem& p, const BackwardArgs& a, int num_sms) {
@@ -174,14 +182,12 @@ Status run_backward(const Problem& p, const BackwardArgs& a, int num_sms, cudaSt
                                            dims + "} only (FA3_BWD_VARLEN_HEAD_DIMS); this call's kernel head dim is " +
                                            std::to_string(head_dim) + " (fa3::cpu runs it)"};
   }
-  for (const BwdKernelEntry& k : bwd_kernels()) {
-    if (k.dtype == a.q.dtype && k.head_dim == head_dim && k.mask == mask && k.varlen == p.varlen) {
-      const BwdParams params = make_bwd_params(p, a, num_sms);
-      const Status launched = k.launch(params, stream);
-      if (!launched.is_ok()) return launched;
-      // A varlen call's rows of no sequence (hopper/varlen_rows.h); nothing otherwise.
-      return launch_clear_unused_grad_rows(params, static_cast<int>(dtype_size(a.dq.dtype)), stream);
-    }
+  if (const BwdKernelEntry* k = find_bwd_kernel(a.q.dtype, head_dim, mask, p.varlen)) {
+    const BwdParams params = make_bwd_params(p, a, num_sms);
+    const Status launched = k->launch(params, stream);
+    if (!launched.is_ok()) return launched;
+    // A varlen call's rows of no sequence (hopper/varlen_rows.h); nothing otherwise.
+    return launch_clear_unused_grad_rows(params, static_cast<int>(dtype_size(a.dq.dtype)), stream);
   }
   const std::string dims = p.head_dim_v == p.head_dim
                                ? std::to_string(p.head_dim)
