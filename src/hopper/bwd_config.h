@@ -133,8 +133,9 @@ inline constexpr bool kBwdSpreadStarts = false;
 // Varlen calls: in a build with FA3_GPU_VARLEN (kVarlenKernels), the head dims of the
 // FA3_BWD_VARLEN_HEAD_DIMS list get a second instance of the general kernel that carries
 // the varlen paths (BwdConfig::varlen), which varlen calls of every mask run on
-// (bwd_dispatch.cpp), or with FA3_BWD_VARLEN_OWN_FAMILIES those of the plain and causal
-// masks on varlen instances of their own families; varlen calls of other head dims are
+// (bwd_dispatch.cpp), or at the head dims of FA3_BWD_VARLEN_OWN_HEAD_DIMS those of the
+// plain and causal masks on varlen instances of their own families (which take the
+// dynamic tile order, BwdKernel::Scheduler); varlen calls of other head dims are
 // refused. The kernels of fixed-length calls never carry the paths: they run at their
 // register limit (a 24-register producer beside two consumer warpgroups at 240), and the
 // paths made them spill more (at head dim 128, 68 bytes of spill stores where the plain

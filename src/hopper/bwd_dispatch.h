@@ -55,7 +55,7 @@ bool bwd_runs_varlen(int head_dim);
 
 // The mask family whose kernel runs problem `p` with inputs of `dtype`: the problem's
 // (mask_kind), except that a varlen call runs on its family's varlen instance where the
-// build has one (FA3_BWD_VARLEN_OWN_FAMILIES), else on the general family's.
+// build has one (FA3_BWD_VARLEN_OWN_HEAD_DIMS), else on the general family's.
 MaskKind bwd_mask_kind(const Problem& p, DType dtype);
 
 // Builds BwdParams from validated arguments; `num_sms` bounds the persistent grid.

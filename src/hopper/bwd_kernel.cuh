@@ -69,8 +69,9 @@ struct BwdKernel {
   using SharedStorage = typename Traits::SharedStorage;
   using QPipeline = typename Traits::QPipeline;
   using DoPipeline = typename Traits::DoPipeline;
-  // General tiles may differ in length as causal ones do: dynamic order (tile_block).
-  using Scheduler = TileScheduler<Mask::kCausal || Mask::kGeneral>;
+  // General tiles may differ in length as causal ones do, and a varlen call's tiles
+  // with their sequences' query blocks: dynamic order (tile_block).
+  using Scheduler = TileScheduler<Mask::kCausal || Mask::kGeneral || Traits::kVarlen>;
   using Consumer = BwdConsumer<Traits, Mask>;
   using BN = typename Traits::BN;
   using D = typename Traits::D;
@@ -168,10 +169,11 @@ struct BwdKernel {
   // deterministic mode causal dQ sums go highest key block first, and tiles must come
   // in that order.
   __device__ static int tile_block(const Params& params, int n_blocks, int block) {
-    if constexpr (Mask::kGeneral) {
+    if constexpr (Mask::kGeneral || (kVarlen && !Mask::kCausal)) {
       // Lowest key block first, undoing the scheduler's reversal: under a causal-like
       // window the lower blocks are seen by more query blocks (the longest first), and
-      // deterministic dQ sums go lowest key block first (dq_turn).
+      // deterministic dQ sums go lowest key block first (dq_turn), without a mask too
+      // (a varlen call's tiles: the key blocks of a sequence are alike in length).
       return n_blocks - 1 - block;
     } else if constexpr (Mask::kCausal) {
       return params.p.deterministic ? block : n_blocks - 1 - block;

@@ -94,7 +94,8 @@ Status launch_bwd_main(const typename Kernel::Params& params, int grid, cudaStre
 }
 
 // kVarlen: the instance that carries the varlen paths (BwdConfig::varlen): the general
-// family's, and with FA3_BWD_VARLEN_OWN_FAMILIES the plain and causal ones' too.
+// family's, and at the head dims of FA3_BWD_VARLEN_OWN_HEAD_DIMS the plain and causal
+// ones' too.
 template <class Element, int kHeadDim, class Mask, bool kVarlen>
 Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   using namespace cute;

@@ -176,7 +176,7 @@ TEST(BwdWorkspace, VarlenSequencesHaveBlocksOfTheirOwn) {
 
 // A varlen backward call runs on a varlen instance (at the head dims of
 // FA3_BWD_VARLEN_HEAD_DIMS, which BuildInfo reports): its own family's where one is built
-// (FA3_BWD_VARLEN_OWN_FAMILIES), else the general family's; a fixed-length call on its
+// (FA3_BWD_VARLEN_OWN_HEAD_DIMS), else the general family's; a fixed-length call on its
 // own family, never on a varlen one.
 TEST(BwdDispatch, VarlenCallsRunOnAVarlenInstance) {
   const std::vector<int>& listed = build_info().gpu_varlen_backward_head_dims;
