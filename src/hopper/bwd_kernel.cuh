@@ -169,14 +169,15 @@ struct BwdKernel {
   // deterministic mode causal dQ sums go highest key block first, and tiles must come
   // in that order.
   __device__ static int tile_block(const Params& params, int n_blocks, int block) {
-    if constexpr (Mask::kGeneral || (kVarlen && !Mask::kCausal)) {
-      // Lowest key block first, undoing the scheduler's reversal: under a causal-like
-      // window the lower blocks are seen by more query blocks (the longest first), and
-      // deterministic dQ sums go lowest key block first (dq_turn), without a mask too
-      // (a varlen call's tiles: the key blocks of a sequence are alike in length).
-      return n_blocks - 1 - block;
-    } else if constexpr (Mask::kCausal) {
+    if constexpr (Mask::kCausal) {
       return params.p.deterministic ? block : n_blocks - 1 - block;
+    } else if constexpr (Scheduler::kDynamic) {
+      // General tiles and a varlen call's tiles without a mask: lowest key block first,
+      // undoing the scheduler's reversal. Under a causal-like window the lower blocks are
+      // seen by more query blocks (the longest first); without a mask a sequence's key
+      // blocks are alike in length; and deterministic dQ sums go lowest key block first
+      // (dq_turn).
+      return n_blocks - 1 - block;
     } else {
       return block;
     }
