@@ -157,11 +157,19 @@ Status launch_bwd(const BwdParams& p, cudaStream_t stream) {
   if constexpr (Kernel::Scheduler::kDynamic) {
     // Every tile of a head reads all of its Q and dO, and adds into all of its dQ sums.
     const double q_do_bytes = 2.0 * p.seqlen_q * kHeadDim * sizeof(Element);
+    const double head_bytes = q_do_bytes + 4.0 * p.seqlen_q * kHeadDim;
     const std::int64_t pairs = static_cast<std::int64_t>(p.nheads_q) * p.batch;
-    params.heads_per_group =
-        p.deterministic
-            ? deterministic_heads_per_group(q_do_bytes + 4.0 * p.seqlen_q * kHeadDim, pairs, p.num_sms, n_blocks)
-            : causal_heads_per_group(q_do_bytes, 1, pairs, p.num_sms, Traits::kBlockN, n_blocks);
+    if (p.deterministic) {
+      params.heads_per_group = fitting_heads_per_group(head_bytes, kDeterministicL2Budget, pairs, p.num_sms, n_blocks);
+    } else if constexpr (!Mask::kCausal && !Mask::kGeneral) {
+      // Without a mask (a varlen call: the only one in this order) a sequence's tiles
+      // all walk its query blocks, so the dynamic draw alone evens out the CTAs' work
+      // and the groups are sized for the L2 alone (docs/perf-log.md: groups of the
+      // causal order's size made equal lengths 6 % slower).
+      params.heads_per_group = fitting_heads_per_group(head_bytes, kStreamingL2Budget, pairs, p.num_sms, n_blocks);
+    } else {
+      params.heads_per_group = causal_heads_per_group(q_do_bytes, 1, pairs, p.num_sms, Traits::kBlockN, n_blocks);
+    }
   }
   const std::int64_t tiles = static_cast<std::int64_t>(n_blocks) * p.nheads_q * p.batch;
   if (tiles > INT32_MAX - std::max(p.num_sms, 1)) {

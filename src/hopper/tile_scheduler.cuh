@@ -196,18 +196,28 @@ inline int causal_heads_per_group(double shared_bytes, int heads_sharing, std::i
   return static_cast<int>((pairs + groups - 1) / groups);
 }
 
-// The backward's causal order in deterministic mode: a query block's dQ sums are added
-// in a fixed order, and each add waits for the one before it to complete in global
-// memory before passing the turn, so a dQ line that misses the L2 sits in the chain of
-// every later key block. The groups hold as many heads as keep their Q, dO and fp32 dQ
-// sums (`head_bytes`) within 32 MB of the L2 (hdim 128 16k: 16 MB a head, 2 heads
-// against the default order's 4; deterministic causal +9 % at 16k, +23 % at 2k), and at
-// least one grid's worth of tiles; then split evenly (H100, hdim 256 16k: +25 %). The
-// default order keeps its larger groups: without the turns their misses overlap, and
-// smaller groups measured slower.
-inline int deterministic_heads_per_group(double head_bytes, std::int64_t pairs, int num_sms, int num_blocks) {
-  constexpr double kL2Budget = 32.0 * 1024 * 1024;
-  const int fit = std::max(1, static_cast<int>(kL2Budget / head_bytes));
+// Groups sized for the L2 alone: as many heads as keep what each reads and writes
+// again at every tile (`head_bytes`) within `l2_budget`, and at least one grid's worth of
+// tiles; then split evenly. For orders whose draw evens out the CTAs' work by itself, or
+// that must keep their misses short:
+// - the backward's causal order in deterministic mode (kDeterministicL2Budget): a query
+//   block's dQ sums are added in a fixed order, and each add waits for the one before it
+//   to complete in global memory before passing the turn, so a dQ line that misses the
+//   L2 sits in the chain of every later key block. Its groups hold as many heads as keep
+//   their Q, dO and fp32 dQ sums within 32 MB (hdim 128 16k: 16 MB a head, 2 heads
+//   against the default order's 4; deterministic causal +9 % at 16k, +23 % at 2k; H100,
+//   hdim 256 16k: +25 % with the even split). The default causal order keeps its larger
+//   groups: without the turns their misses overlap, and smaller groups measured slower.
+// - the backward's varlen calls without a mask (kStreamingL2Budget): a sequence's tiles
+//   are equally long, so balance asks nothing of the groups, and heads whose Q, dO and
+//   dQ sums stay within 16 MB (beside the K/V and the sums in flight) measured fastest
+//   (docs/perf-log.md, 2026-12-07).
+inline constexpr double kDeterministicL2Budget = 32.0 * 1024 * 1024;
+inline constexpr double kStreamingL2Budget = 16.0 * 1024 * 1024;
+
+inline int fitting_heads_per_group(double head_bytes, double l2_budget, std::int64_t pairs, int num_sms,
+                                   int num_blocks) {
+  const int fit = std::max(1, static_cast<int>(l2_budget / head_bytes));
   const int one_grid = (std::max(num_sms, 1) + num_blocks - 1) / num_blocks;
   const std::int64_t group = std::min<std::int64_t>(std::max(fit, one_grid), pairs);
   const std::int64_t groups = (pairs + group - 1) / group;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -154,24 +155,45 @@ TEST(TileScheduler, CausalHeadGroupSizes) {
 // 32 MB, at least one grid's worth of tiles, never more than the problem, split evenly.
 TEST(TileScheduler, DeterministicHeadGroupSizes) {
   constexpr double kMiB = 1024.0 * 1024.0;
+  const auto deterministic = [](double head_bytes, std::int64_t pairs, int sms, int blocks) {
+    return fitting_heads_per_group(head_bytes, kDeterministicL2Budget, pairs, sms, blocks);
+  };
   // hdim 128 16k: 16 MB a head (8 of Q and dO, 8 of sums) -> 2; 16 heads in groups of 2.
-  EXPECT_EQ(deterministic_heads_per_group(16 * kMiB, 16, 132, 128), 2);
+  EXPECT_EQ(deterministic(16 * kMiB, 16, 132, 128), 2);
   // hdim 96 16k: 12 MB a head -> 2 fit.
-  EXPECT_EQ(deterministic_heads_per_group(12 * kMiB, 16, 132, 128), 2);
+  EXPECT_EQ(deterministic(12 * kMiB, 16, 132, 128), 2);
   // hdim 64 16k: 8 MB a head -> 4, of 32 heads.
-  EXPECT_EQ(deterministic_heads_per_group(8 * kMiB, 32, 132, 128), 4);
+  EXPECT_EQ(deterministic(8 * kMiB, 32, 132, 128), 4);
   // hdim 256 16k: 32 MB a head -> 1; 205 key blocks of 80 fill the grid alone.
-  EXPECT_EQ(deterministic_heads_per_group(32 * kMiB, 8, 132, 205), 1);
+  EXPECT_EQ(deterministic(32 * kMiB, 8, 132, 205), 1);
   // One grid at least: 2k at hdim 128 (2 MB a head, 16 fit) has 16 key blocks a head,
   // 9 heads fill 132 SMs; 16 fit is more. At 512 (0.5 MB, 64 fit) of 32 x 16 = 512
   // pairs: eight groups of 64.
-  EXPECT_EQ(deterministic_heads_per_group(2 * kMiB, 128, 132, 16), 16);
-  EXPECT_EQ(deterministic_heads_per_group(0.5 * kMiB, 512, 132, 4), 64);
+  EXPECT_EQ(deterministic(2 * kMiB, 128, 132, 16), 16);
+  EXPECT_EQ(deterministic(0.5 * kMiB, 512, 132, 4), 64);
   // A head larger than the budget with few key blocks: one grid's worth, 132 / 4 -> 33,
   // of 40 pairs -> two groups of 20.
-  EXPECT_EQ(deterministic_heads_per_group(64 * kMiB, 40, 132, 4), 20);
+  EXPECT_EQ(deterministic(64 * kMiB, 40, 132, 4), 20);
   // Never more than the problem.
-  EXPECT_EQ(deterministic_heads_per_group(0.5 * kMiB, 3, 132, 4), 3);
+  EXPECT_EQ(deterministic(0.5 * kMiB, 3, 132, 4), 3);
+}
+
+// The backward's varlen calls without a mask: Q, dO and the fp32 dQ sums of the longest
+// sequence within 16 MB, at least one grid's worth of tiles, split evenly.
+TEST(TileScheduler, StreamingHeadGroupSizes) {
+  const auto streaming = [](int seqlen, int head_dim, std::int64_t pairs, int sms, int block_n) {
+    const double head_bytes = 8.0 * seqlen * head_dim;  // bf16 Q and dO, fp32 dQ sums
+    return fitting_heads_per_group(head_bytes, kStreamingL2Budget, pairs, sms, (seqlen + block_n - 1) / block_n);
+  };
+  // 17 sequences of up to 2912 at hdim 128 (16 heads): 2.8 MiB a head, 5 fit; 23 key
+  // blocks need 6 heads for a grid; 272 pairs in 46 groups of 6 or 5.
+  EXPECT_EQ(streaming(2912, 128, 17 * 16, 132, 128), 6);
+  // Ten of 1664: 1.6 MiB a head, 9 fit, 11 fill the grid; 160 pairs in 15 groups.
+  EXPECT_EQ(streaming(1664, 128, 10 * 16, 132, 128), 11);
+  // 16k at hdim 64 (32 heads): 8 MiB a head, 2 fit, one grid is 2 heads of 128 blocks.
+  EXPECT_EQ(streaming(16384, 64, 32, 132, 128), 2);
+  // Short sequences: 64 fit, never more than the pairs.
+  EXPECT_EQ(streaming(256, 128, 40, 132, 128), 40);
 }
 
 // A tile's sequence: a fixed-length call's is the whole call (offset 0, its lengths, its
