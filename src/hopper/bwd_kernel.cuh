@@ -354,8 +354,15 @@ struct BwdKernel {
           for (int w = 0; w < Traits::kWGs; ++w) {
             barrier_sync(dq_full_barrier(w), kDqBarrierThreads);
             if (lane == 0) {
-              arch::bulk_reduce_add_f32(dq_slice(p, block, w, slice), smem.dq + w * Traits::kDqStagedPerWG,
-                                        Traits::kDqStagedPerWG * sizeof(float));
+              float* dst = dq_slice(p, block, w, slice);
+              const float* src = smem.dq + w * Traits::kDqStagedPerWG;
+              constexpr std::uint32_t kBytes = Traits::kDqStagedPerWG * sizeof(float);
+              if constexpr (kBwdL2EvictLast) {
+                arch::bulk_reduce_add_f32(dst, src, kBytes,
+                                          static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST));
+              } else {
+                arch::bulk_reduce_add_f32(dst, src, kBytes);
+              }
               cute::tma_store_arrive();
             }
           }

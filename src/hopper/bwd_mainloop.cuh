@@ -73,6 +73,8 @@ struct BwdProducer {
     const auto do_shape = make_shape(q_rows<kVarlen>(p), p.head_dim_v, p.nheads_q, tensor_batches<kVarlen>(p));
     const int batch = tensor_batch<kVarlen>(p, tile.batch);
 
+    // Every tile of the head reads them (kBwdL2EvictLast).
+    constexpr auto kReused = kBwdL2EvictLast ? TMA::CacheHintSm90::EVICT_LAST : TMA::CacheHintSm90::EVICT_NORMAL;
     std::uint64_t* q_full = q_pipe.producer_acquire(q_state, Traits::kQBytes + Traits::kStatsBytes);
     Tensor mQ = params.tma_q.get_tma_tensor(q_shape);
     Tensor gQ = local_tile(domain_offset(make_coord(seq.offset_q, _0{}), mQ(_, _, tile.head, batch)), Shape<BM, D>{},
@@ -80,7 +82,7 @@ struct BwdProducer {
     Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});               // (BM, D, stage)
     auto [tQgQ, tQsQ] =
         tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    copy(params.tma_q.with(*q_full), tQgQ(_, m_block), tQsQ(_, q_state.index));
+    copy(params.tma_q.with(*q_full, 0, kReused), tQgQ(_, m_block), tQsQ(_, q_state.index));
     arch::bulk_load(smem.lse + q_state.index * Traits::kStatsStride,
                     reinterpret_cast<const float*>(ws + p.layout.lse_log2) + stats_row, Traits::kStatsBytes, q_full);
     q_state.advance();
@@ -92,7 +94,7 @@ struct BwdProducer {
     Tensor sDo = make_tensor(make_smem_ptr(smem.dout), typename Traits::SmemLayoutDo{});
     auto [tDgD, tDsD] =
         tma_partition(params.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sDo), group_modes<0, 2>(gDo));
-    copy(params.tma_do.with(*do_full), tDgD(_, m_block), tDsD(_, do_state.index));
+    copy(params.tma_do.with(*do_full, 0, kReused), tDgD(_, m_block), tDsD(_, do_state.index));
     arch::bulk_load(smem.dpsum + do_state.index * Traits::kStatsStride,
                     reinterpret_cast<const float*>(ws + p.layout.dpsum) + stats_row, Traits::kStatsBytes, do_full);
     do_state.advance();

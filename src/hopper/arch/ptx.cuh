@@ -127,6 +127,17 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float
                : "memory");
 }
 
+// The same with an L2 cache policy for the lines it adds into (a createpolicy value, such
+// as cute::TMA::CacheHintSm90's).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float* smem_src, std::uint32_t bytes,
+                                                    std::uint64_t l2_policy) {
+  const auto src = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_src));
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, %3;" ::"l"(gmem_dst),
+      "r"(src), "r"(bytes), "l"(l2_policy)
+      : "memory");
+}
+
 // Waits until every committed bulk group has completed, its writes to global memory
 // included (cute::tma_store_wait waits only until the sources have been read), and
 // orders those writes before this thread's later generic-proxy accesses.
