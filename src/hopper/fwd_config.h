@@ -121,6 +121,17 @@ inline constexpr bool kFp8VtInSmem = true;
 inline constexpr bool kFp8VtInSmem = false;
 #endif
 
+// The forward's K and V loads carry the L2's evict-last policy and its Q loads
+// evict-first (the build's FA3_FWD_L2_HINTS, off: not yet timed). A head's K and V are
+// read by every query block of the head, in the causal and general orders by the
+// group's CTAs together (causal_heads_per_group sizes the groups for 16 MB of them), while
+// Q is read once and O written once; FlashAttention-3 marks its loads so.
+#ifdef FA3_FWD_L2_HINTS
+inline constexpr bool kFwdL2Hints = true;
+#else
+inline constexpr bool kFwdL2Hints = false;
+#endif
+
 // Whether varlen forward calls take an order of real tiles only, sequence by sequence,
 // drawn from the tile counter as CTAs finish (hopper/varlen_tiles.cuh; the build's
 // FA3_VARLEN_DYNAMIC_ORDER, on by default), on 16-bit kernels without CTA pairs. Otherwise

@@ -134,7 +134,9 @@ struct FwdProducer {
       Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});  // (BM, D, q stages)
       auto [tQgQ, tQsQ] =
           tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-      copy(params.tma_q.with(*q_pipe.producer_expect(q_state, Traits::kQBytes)), tQgQ, tQsQ(_, q_state.index));
+      constexpr auto kOnce = kFwdL2Hints ? TMA::CacheHintSm90::EVICT_FIRST : TMA::CacheHintSm90::EVICT_NORMAL;
+      copy(params.tma_q.with(*q_pipe.producer_expect(q_state, Traits::kQBytes), 0, kOnce), tQgQ,
+           tQsQ(_, q_state.index));
     } else {
       q_pipe.producer_commit_empty(q_state);
     }
@@ -183,13 +185,16 @@ struct FwdProducer {
     v_state.advance();
   }
 
-  // The executable TMA copy: with a cluster, multicast to all of its CTAs.
+  // The executable TMA copy of K or V: with a cluster, multicast to all of its CTAs.
+  // Every query block of the head reads them again (kFwdL2Hints).
   template <class Tma>
   __device__ __forceinline__ static auto with_barrier(const Tma& tma, std::uint64_t& full) {
+    using cute::TMA::CacheHintSm90;
+    constexpr auto kReused = kFwdL2Hints ? CacheHintSm90::EVICT_LAST : CacheHintSm90::EVICT_NORMAL;
     if constexpr (Traits::kCluster > 1) {
-      return tma.with(full, static_cast<std::uint16_t>((1u << Traits::kCluster) - 1));
+      return tma.with(full, static_cast<std::uint16_t>((1u << Traits::kCluster) - 1), kReused);
     } else {
-      return tma.with(full);
+      return tma.with(full, 0, kReused);
     }
   }
 
