@@ -119,11 +119,12 @@ inline constexpr bool kBwdPdl = false;
 #endif
 
 // The producer's Q and dO loads and the dQ warp's sums carry the L2's evict-last policy
-// (the build's FA3_BWD_L2_EVICT_LAST, off: not yet timed). Every tile of a head reads all
-// of its Q and dO and adds into all of its dQ sums, while K, V, dK and dV pass through
-// once; at long rows a head group's Q, dO and sums (8 MB a head at head dim 64 16k)
-// outgrow the L2's share, and the policy keeps the ones read again ahead of the lines
-// that pass through. FlashAttention-3 marks the same three.
+// (the build's FA3_BWD_L2_EVICT_LAST, off: level to 1 % faster at head dim 64, inside the
+// spread of its runs). Every tile of a head reads all of its Q and dO and adds into all
+// of its dQ sums, while K, V, dK and dV pass through once; at long rows a head group's
+// Q, dO and sums (8 MB a head at head dim 64 16k) outgrow the L2's share, and the policy
+// keeps the ones read again ahead of the lines that pass through. FlashAttention-3 marks
+// the same three.
 #ifdef FA3_BWD_L2_EVICT_LAST
 inline constexpr bool kBwdL2EvictLast = true;
 #else
