@@ -122,10 +122,12 @@ inline constexpr bool kFp8VtInSmem = false;
 #endif
 
 // The forward's K and V loads carry the L2's evict-last policy and its Q loads
-// evict-first (the build's FA3_FWD_L2_HINTS, off: not yet timed). A head's K and V are
-// read by every query block of the head, in the causal and general orders by the
-// group's CTAs together (causal_heads_per_group sizes the groups for 16 MB of them), while
-// Q is read once and O written once; FlashAttention-3 marks its loads so.
+// evict-first (the build's FA3_FWD_L2_HINTS). A head's K and V are read by every query
+// block of the head, in the causal and general orders by the group's CTAs together
+// (causal_heads_per_group sizes the groups for 16 MB of them), while Q is read once and O
+// written once; FlashAttention-3 marks its loads so. Off: at head dims 128 and 256 on an
+// H100 level within 1.5 % at every length, up to 2.3 % faster only at head dim 256 causal
+// 512 and 1k (docs/perf-log.md).
 #ifdef FA3_FWD_L2_HINTS
 inline constexpr bool kFwdL2Hints = true;
 #else

@@ -109,6 +109,10 @@ def test_bad_options_are_usage_errors(argv, message, capsys):
 
 def nvls_after_import(env):
     code = "import os, bench_context_parallel; print(os.environ['NCCL_NVLS_ENABLE'])"
+    # The child runs in bench/: a PYTHONPATH relative to this process's directory (a
+    # build tree's python/, say) would no longer find fa3 there.
+    paths = env.get("PYTHONPATH", "").split(os.pathsep)
+    env = {**env, "PYTHONPATH": os.pathsep.join(str(Path(p).resolve()) for p in paths if p)}
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=BENCH, env=env, capture_output=True, text=True, timeout=120, check=True
     )
