@@ -349,9 +349,31 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+void AccuracyReport::compare_out(const std::vector<float>& out, const std::vector<float>& ref,
+                                 const std::vector<float>& low) {
+  out_err = max_abs_diff(out, ref);
+  out_low_err = max_abs_diff(low, ref);
+  out_worst = -1;
+  if (!std::isfinite(out_err) || low.size() != out.size()) return;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (std::fabs(static_cast<double>(out[i]) - static_cast<double>(ref[i])) == out_err) {
+      out_worst = static_cast<std::int64_t>(i);
+      worst_out = out[i];
+      worst_ref = ref[i];
+      worst_low = low[i];
+      return;
+    }
+  }
+}
+
 std::string AccuracyReport::summary() const {
   std::ostringstream s;
   s << "out err " << out_err << " (low " << out_low_err << "), lse err " << lse_err << " (low " << lse_low_err << ")";
+  if (out_worst >= 0) {
+    s.precision(9);
+    s << "; out's worst element " << out_worst << ": out " << worst_out << ", ref " << worst_ref << ", low "
+      << worst_low;
+  }
   return s.str();
 }
 
@@ -398,8 +420,7 @@ AccuracyReport check_forward(const ForwardArgs& args, const std::string& kernel)
 
   const std::vector<float> out = dense_host(args.out);
   const std::vector<float> ref = floats_of(ref_out), low = floats_of(low_out);
-  r.out_err = max_abs_diff(out, ref);
-  r.out_low_err = max_abs_diff(low, ref);
+  r.compare_out(out, ref, low);
   if (args.lse.data != nullptr) {
     const std::vector<float> lse = dense_host(args.lse);
     const std::vector<float> rl = floats_of(ref_lse), ll = floats_of(low_lse);

@@ -139,6 +139,12 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 struct AccuracyReport {
   double out_err = 0, out_low_err = 0;  // max|out - ref|, max|low - ref|
   double lse_err = 0, lse_low_err = 0;
+  // Where out is farthest from ref (a dense index of out; -1: nowhere, or NaN), with the
+  // three values there, so that a failure tells a rounding flip from a wrong value.
+  std::int64_t out_worst = -1;
+  float worst_out = 0, worst_ref = 0, worst_low = 0;
+  // Sets the out_* fields from dense out, ref and low of one size.
+  void compare_out(const std::vector<float>& out, const std::vector<float>& ref, const std::vector<float>& low);
   std::string summary() const;
 };
 

@@ -161,8 +161,7 @@ void check_batch(const PackedBatch& b, const std::string& kernel) {
                     .is_ok());
     FA3_CUDA_CHECK(cudaDeviceSynchronize());
     AccuracyReport r;
-    r.out_err = max_abs_diff(got_out, floats_of(ref_out));
-    r.out_low_err = max_abs_diff(floats_of(low_out), floats_of(ref_out));
+    r.compare_out(got_out, floats_of(ref_out), floats_of(low_out));
     r.lse_err = max_abs_diff(got_lse, floats_of(ref_lse));
     r.lse_low_err = max_abs_diff(floats_of(low_lse), floats_of(ref_lse));
     EXPECT_TRUE(forward_accurate(r, b.dtype)) << r.summary();
