@@ -7,7 +7,7 @@
 #
 #   scripts/gpu_check.sh --out DIR (--cutlass INCLUDE_DIR | --cutlass-tarball FILE)
 #       [--head-dims "64;128"] [--dtypes "bf16"] [--build-dir DIR]
-#       [--tests REGEX] [--test-timeout S] [--no-tests] [--no-python] [--no-sanitizer]
+#       [--tests REGEX] [--test-timeout S] [--test-jobs N] [--no-tests] [--no-python] [--no-sanitizer]
 #       [--no-bench] [--bench-args "..."] [--cmake-args "..."]
 #
 # --cmake-args passes options to the configure step, e.g. a build without one of the
@@ -18,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out="" cutlass="" tarball="" head_dims="64;96;128;192;256" dtypes="fp16;bf16" build_dir="build-gpu"
-tests_regex="" test_timeout=600 run_tests=1 run_python=1 run_sanitizer=1 run_bench=1 bench_args="" cmake_args=""
+tests_regex="" test_timeout=600 test_jobs=1 run_tests=1 run_python=1 run_sanitizer=1 run_bench=1 bench_args="" cmake_args=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -29,13 +29,14 @@ while [ $# -gt 0 ]; do
     --build-dir) build_dir=$2; shift 2 ;;
     --tests) tests_regex=$2; shift 2 ;;
     --test-timeout) test_timeout=$2; shift 2 ;;
+    --test-jobs) test_jobs=$2; shift 2 ;;
     --no-tests) run_tests=0; shift ;;
     --no-python) run_python=0; shift ;;
     --no-sanitizer) run_sanitizer=0; shift ;;
     --no-bench) run_bench=0; shift ;;
     --bench-args) bench_args=$2; shift 2 ;;
     --cmake-args) cmake_args=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -105,7 +106,12 @@ if step build "$out/build-steps.log" cmake --build "$build_dir" -j "$jobs"; then
   if [ $run_tests -eq 1 ]; then
     filter=(-L gpu)
     [ -n "$tests_regex" ] && filter=(-R "$tests_regex")
-    step gpu_tests "$out/gpu-tests.log" ctest --test-dir "$build_dir" "${filter[@]}" --timeout "$test_timeout" --output-on-failure
+    # --test-jobs > 1 runs test processes side by side on the GPU (one at a time, the
+    # first 132 of a full build's 251 took 330 s on an H100); a test of huge buffers may
+    # then find too little memory free and skip, or fail where another process took the
+    # memory between its check and its allocation.
+    step gpu_tests "$out/gpu-tests.log" ctest --test-dir "$build_dir" "${filter[@]}" --timeout "$test_timeout" \
+      -j "$test_jobs" --output-on-failure
     if [ $run_python -eq 1 ]; then
       step python_tests "$out/python-tests.log" env PYTHONPATH="$build_dir/python" \
         timeout "$test_timeout" python3 -m pytest -q -rs tests/python
