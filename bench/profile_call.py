@@ -13,6 +13,10 @@ the same settings, in the same way.
 
 (FlashAttention-3's kernels are all named cutlass::device_kernel, hence the demangled
 names.) The backward is profiled alone: the forward runs before the profiled range.
+
+--varlen-lengths LOW:HIGH profiles a varlen call instead (fa3's or FlashAttention-3's
+flash_attn_varlen_func): the sweep's 16k tokens packed in sequences of LOW to HIGH
+tokens, the mix bench_variants.py --varlen-only times (--seqlen is then unused).
 """
 
 import argparse
@@ -24,6 +28,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_attention  # noqa: E402
+import bench_variants  # noqa: E402
+
+VARLEN_IMPLS = ("fa3", "flashattention3")
 
 
 def parse_args(argv=None):
@@ -37,7 +44,14 @@ def parse_args(argv=None):
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     parser.add_argument("--warmup", type=int, default=3, help="calls before the profiled one")
+    parser.add_argument(
+        "--varlen-lengths",
+        type=bench_variants.length_range,
+        help="LOW:HIGH: a varlen call on sequences of LOW to HIGH tokens (fa3 and flashattention3)",
+    )
     args = parser.parse_args(argv)
+    if args.varlen_lengths is not None and args.impl not in VARLEN_IMPLS:
+        parser.error(f"--varlen-lengths: {args.impl} has no varlen call here (one of {', '.join(VARLEN_IMPLS)})")
     if not 1 <= args.hdim <= bench_attention.HIDDEN:
         parser.error(f"--hdim: {args.hdim} is not in 1..{bench_attention.HIDDEN}")
     if args.seqlen < 1:
@@ -50,17 +64,63 @@ def shape(seqlen, hdim):
     return max(1, bench_attention.TOKENS // seqlen), seqlen, bench_attention.HIDDEN // hdim, hdim
 
 
+def varlen_layout(low, high):
+    """(lengths, cu_seqlens) of the varlen mix: bench_variants.py's sequences of `low` to
+    `high` tokens, 16k in all."""
+    lengths = bench_variants.mixed_lengths(bench_attention.TOKENS, low, high)
+    cu_seqlens = [0]
+    for n in lengths:
+        cu_seqlens.append(cu_seqlens[-1] + n)
+    return lengths, cu_seqlens
+
+
+def varlen_forward(impl, lengths, cu_seqlens):
+    """forward(q, k, v, causal) -> out of `impl`'s varlen call on the packed batch."""
+    if impl == "fa3":
+        import fa3
+
+        call = fa3.flash_attn_varlen_func
+    else:
+        call = bench_variants.yardstick().flash_attn_varlen_func
+    cu = torch.tensor(cu_seqlens, device="cuda", dtype=torch.int32)
+    longest = max(lengths)
+
+    def forward(q, k, v, causal):
+        return bench_variants.first_output(call(q, k, v, cu, cu, longest, longest, causal=causal))
+
+    return forward
+
+
+def sweep_call(args, dtype):
+    """The profiled call on the sweep's point: the backward alone, or the forward."""
+    q, k, v = (torch.randn(shape(args.seqlen, args.hdim), device="cuda", dtype=dtype) for _ in range(3))
+    if args.pass_ == "bwd":
+        return bench_attention.backward_fn(args.impl, q, k, v, args.causal, torch.randn_like(q))
+    bench_attention.attempt(args.impl, q, k, v, args.causal)
+    return lambda: bench_attention.IMPLS[args.impl](q, k, v, args.causal)
+
+
+def varlen_call(args, dtype):
+    """The profiled call on the varlen mix (--varlen-lengths): the backward alone, its
+    forward run once outside the profiled range, or the forward."""
+    lengths, cu_seqlens = varlen_layout(*args.varlen_lengths)
+    packed = (cu_seqlens[-1], bench_attention.HIDDEN // args.hdim, args.hdim)
+    q, k, v = (torch.randn(packed, device="cuda", dtype=dtype) for _ in range(3))
+    forward = varlen_forward(args.impl, lengths, cu_seqlens)
+    if args.pass_ == "bwd":
+        inputs = tuple(t.requires_grad_() for t in (q, k, v))
+        out = forward(*inputs, args.causal)
+        dout = torch.randn_like(out)
+        return lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)
+    return lambda: forward(q, k, v, args.causal)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("profile_call.py needs a CUDA GPU")
     dtype = bench_attention.DTYPES[args.dtype]
-    q, k, v = (torch.randn(shape(args.seqlen, args.hdim), device="cuda", dtype=dtype) for _ in range(3))
-    if args.pass_ == "bwd":
-        fn = bench_attention.backward_fn(args.impl, q, k, v, args.causal, torch.randn_like(q))
-    else:
-        bench_attention.attempt(args.impl, q, k, v, args.causal)
-        fn = lambda: bench_attention.IMPLS[args.impl](q, k, v, args.causal)  # noqa: E731
+    fn = varlen_call(args, dtype) if args.varlen_lengths is not None else sweep_call(args, dtype)
     for _ in range(args.warmup):
         fn()
     torch.cuda.synchronize()

@@ -35,3 +35,24 @@ def test_defaults_and_choices():
 def test_exits_clearly_without_a_gpu():
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         profile_call.main(["--pass", "fwd"])
+
+
+@pytest.mark.parametrize("low, high", [(100, 4096), (211, 2912), (1664, 1664)])
+def test_varlen_layout_packs_the_sweeps_tokens(low, high):
+    lengths, cu_seqlens = profile_call.varlen_layout(low, high)
+    assert cu_seqlens[0] == 0 and cu_seqlens[-1] == profile_call.bench_attention.TOKENS
+    assert [b - a for a, b in zip(cu_seqlens, cu_seqlens[1:])] == lengths
+    assert all(0 < n <= high for n in lengths)
+    if high >= 2 * low:
+        assert all(n >= low for n in lengths)
+
+
+def test_varlen_lengths_option():
+    args = profile_call.parse_args(["--varlen-lengths", "100:4096", "--hdim", "64", "--causal"])
+    assert (args.varlen_lengths, args.impl, args.pass_) == ((100, 4096), "fa3", "bwd")
+    args = profile_call.parse_args(["--varlen-lengths", "1664:1664", "--impl", "flashattention3"])
+    assert args.varlen_lengths == (1664, 1664)
+    with pytest.raises(SystemExit):
+        profile_call.parse_args(["--varlen-lengths", "100:4096", "--impl", "cudnn"])
+    with pytest.raises(SystemExit):
+        profile_call.parse_args(["--varlen-lengths", "4096:100"])
