@@ -334,9 +334,11 @@ std::vector<float> dense_host(const TensorView& v) {
   return out;
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, std::int64_t* where) {
+  if (where != nullptr) *where = -1;
   if (a.size() != b.size()) return INFINITY;
   double m = 0;
+  std::int64_t at = -1;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
     if (std::isnan(d)) {
@@ -344,26 +346,27 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
       if (a[i] == b[i]) continue;
       return INFINITY;
     }
-    m = std::max(m, d);
+    if (d > m) {
+      m = d;
+      at = static_cast<std::int64_t>(i);
+    }
   }
+  if (where != nullptr) *where = at;
   return m;
 }
 
 void AccuracyReport::compare_out(const std::vector<float>& out, const std::vector<float>& ref,
                                  const std::vector<float>& low) {
-  out_err = max_abs_diff(out, ref);
+  out_err = max_abs_diff(out, ref, &out_worst);
   out_low_err = max_abs_diff(low, ref);
-  out_worst = -1;
-  if (!std::isfinite(out_err) || low.size() != out.size()) return;
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (std::fabs(static_cast<double>(out[i]) - static_cast<double>(ref[i])) == out_err) {
-      out_worst = static_cast<std::int64_t>(i);
-      worst_out = out[i];
-      worst_ref = ref[i];
-      worst_low = low[i];
-      return;
-    }
+  if (out_worst < 0 || low.size() != out.size()) {
+    out_worst = -1;
+    return;
   }
+  const auto i = static_cast<std::size_t>(out_worst);
+  worst_out = out[i];
+  worst_ref = ref[i];
+  worst_low = low[i];
 }
 
 std::string AccuracyReport::summary() const {

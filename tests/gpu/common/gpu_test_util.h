@@ -133,13 +133,14 @@ std::vector<float> dense_host(const TensorView& view);
 // The fp32 contents of a device buffer.
 std::vector<float> floats_of(const DeviceBuffer& buffer);
 
-// max |a - b| over all elements (NaN anywhere gives +inf).
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+// max |a - b| over all elements (NaN anywhere gives +inf); `where`, if given, receives the
+// index of the first element at the max (-1 when there is none or NaN gave +inf).
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, std::int64_t* where = nullptr);
 
 struct AccuracyReport {
   double out_err = 0, out_low_err = 0;  // max|out - ref|, max|low - ref|
   double lse_err = 0, lse_low_err = 0;
-  // Where out is farthest from ref (a dense index of out; -1: nowhere, or NaN), with the
+  // Where out is farthest from ref (a dense index of out; -1: no difference, or NaN), with the
   // three values there, so that a failure tells a rounding flip from a wrong value.
   std::int64_t out_worst = -1;
   float worst_out = 0, worst_ref = 0, worst_low = 0;
