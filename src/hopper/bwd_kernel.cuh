@@ -533,7 +533,8 @@ struct BwdKernel {
   // dK and dV (converted, `rdK`, `rdV`) into shared memory (`dst_k`, `dst_v`: views of the
   // MMA's layout, transposed when it holds dKᵀ/dVᵀ) and out of the tiles `src_k`, `src_v`:
   // by TMA store, issued by consumer thread 0, whose bulk group they are, or in a varlen
-  // call by every consumer thread's row copies (store_rows). `seq`: the tile's sequence.
+  // call by every consumer thread's row copies (store_rows; with kBwdVarlenTmaStore only
+  // for a sequence's last block when it is partial). `seq`: the tile's sequence.
   template <class Frag, class DstK, class DstV, class SrcK, class SrcV>
   __device__ static void store_dkv_out(const Params& params, int tid, TileCoord tile, const SeqBounds& seq,
                                        const Frag& rdK, const Frag& rdV, DstK dst_k, DstV dst_v, SrcK src_k,
@@ -551,23 +552,38 @@ struct BwdKernel {
       // MHA: the KV head is the query head.
       const int first = tile.m_block * Traits::kBlockN;
       const int rows = rows_in_block<Traits::kBlockN>(seq.seqlen_k, first);
-      const std::int64_t row = static_cast<std::int64_t>(seq.offset_k) + first;
-      store_rows(src_k, static_cast<Element*>(p.dk) + tile.head * p.dk_head_stride + row * p.dk_row_stride,
-                 p.dk_row_stride, rows, p.head_dim, tid);
-      store_rows(src_v, static_cast<Element*>(p.dv) + tile.head * p.dv_head_stride + row * p.dv_row_stride,
-                 p.dv_row_stride, rows, p.head_dim_v, tid);
-      return;
+      // With kBwdVarlenTmaStore a block whole inside its sequence leaves by TMA as a
+      // fixed-length one does (below): it writes no row past the sequence.
+      if (!kBwdVarlenTmaStore || rows < Traits::kBlockN) {
+        const std::int64_t row = static_cast<std::int64_t>(seq.offset_k) + first;
+        store_rows(src_k, static_cast<Element*>(p.dk) + tile.head * p.dk_head_stride + row * p.dk_row_stride,
+                   p.dk_row_stride, rows, p.head_dim, tid);
+        store_rows(src_v, static_cast<Element*>(p.dv) + tile.head * p.dv_head_stride + row * p.dv_row_stride,
+                   p.dv_row_stride, rows, p.head_dim_v, tid);
+        return;
+      }
     }
     if (tid == 0) {
-      // MHA: the KV head is the query head.
+      // MHA: the KV head is the query head. A varlen call's tensors are packed: the
+      // sequence's rows start at its offset.
       const int n_block = tile.m_block;
-      Tensor mdK = params.tma_dk.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim, p.nheads_kv, p.batch));
-      Tensor gdK = local_tile(mdK(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+      const int batch = tensor_batch<kVarlen>(p, tile.batch);
+      const auto sequence_rows = [&](auto&& head_rows) {
+        if constexpr (kVarlen) {
+          return domain_offset(make_coord(is_varlen<kVarlen>(p) ? seq.offset_k : 0, _0{}), head_rows);
+        } else {
+          return head_rows;
+        }
+      };
+      Tensor mdK = params.tma_dk.get_tma_tensor(
+          make_shape(k_rows<kVarlen>(p), p.head_dim, p.nheads_kv, tensor_batches<kVarlen>(p)));
+      Tensor gdK = local_tile(sequence_rows(mdK(_, _, tile.head, batch)), Shape<BN, D>{}, make_coord(n_block, _0{}));
       auto [tdKgK, tdKsK] =
           tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(src_k), group_modes<0, 2>(gdK));
       copy(params.tma_dk, tdKsK, tdKgK);
-      Tensor mdV = params.tma_dv.get_tma_tensor(make_shape(p.seqlen_k, p.head_dim_v, p.nheads_kv, p.batch));
-      Tensor gdV = local_tile(mdV(_, _, tile.head, tile.batch), Shape<BN, D>{}, make_coord(n_block, _0{}));
+      Tensor mdV = params.tma_dv.get_tma_tensor(
+          make_shape(k_rows<kVarlen>(p), p.head_dim_v, p.nheads_kv, tensor_batches<kVarlen>(p)));
+      Tensor gdV = local_tile(sequence_rows(mdV(_, _, tile.head, batch)), Shape<BN, D>{}, make_coord(n_block, _0{}));
       auto [tdVgV, tdVsV] =
           tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(src_v), group_modes<0, 2>(gdV));
       copy(params.tma_dv, tdVsV, tdVgV);
