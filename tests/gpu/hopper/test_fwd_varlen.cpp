@@ -1,12 +1,12 @@
 // The Hopper forward kernels on variable-length (varlen) batches: each sequence of a
 // packed batch against the CUDA reference run on that sequence alone (TESTING.md's
-// accuracy rule on the whole output, judged sequence by sequence), over length mixes with 0, 1, odd lengths and block
-// boundaries, seqused, causal with seqlen_q != seqlen_k per sequence, GQA and the general
-// family's options, with every kernel built for the problem. Guards: the rows no
-// sequence uses hold NaN in q, k and v and must not reach any result; out and lse start
-// as NaN and every row must be written (a sequence's with its result, the others with 0
-// and -inf); a NaN margin after each output stays untouched; repeated calls are bitwise
-// equal.
+// accuracy rule on the whole output, judged sequence by sequence), over length mixes
+// with 0, 1, odd lengths and block boundaries, seqused, causal with seqlen_q != seqlen_k
+// per sequence, GQA and the general family's options, with every kernel built for the
+// problem. Guards: the rows no sequence uses hold NaN in q, k and v and must not reach any
+// result; out and lse start as NaN and every row must be written (a sequence's with its
+// result, the others with 0 and -inf); a NaN margin after each output stays untouched;
+// repeated calls are bitwise equal.
 #include <gtest/gtest.h>
 
 #include <algorithm>
