@@ -570,7 +570,7 @@ struct BwdKernel {
       const int batch = tensor_batch<kVarlen>(p, tile.batch);
       const auto sequence_rows = [&](auto&& head_rows) {
         if constexpr (kVarlen) {
-          return domain_offset(make_coord(is_varlen<kVarlen>(p) ? seq.offset_k : 0, _0{}), head_rows);
+          return domain_offset(make_coord(seq.offset_k, _0{}), head_rows);  // 0 without cu_seqlens
         } else {
           return head_rows;
         }
