@@ -131,18 +131,6 @@ inline constexpr bool kBwdL2EvictLast = true;
 inline constexpr bool kBwdL2EvictLast = false;
 #endif
 
-// A varlen tile's dK and dV (MHA) leave by TMA store when its key block lies whole inside
-// its sequence, as a fixed-length tile's do, and by row copies only for a sequence's last,
-// partial block (the build's FA3_BWD_VARLEN_TMA_STORE). The row copies take about 1 of
-// the 23 instructions per HGMMA of a varlen call at head dim 64, which runs 6.7 % longer
-// per unit of work than the fixed-length call at equal lengths (docs/perf-log.md). Off
-// until measured.
-#ifdef FA3_BWD_VARLEN_TMA_STORE
-inline constexpr bool kBwdVarlenTmaStore = true;
-#else
-inline constexpr bool kBwdVarlenTmaStore = false;
-#endif
-
 // Deterministic non-causal calls start each tile of a round at a query block of its own
 // (the build's FA3_BWD_SPREAD_STARTS; BwdKernel::QueryWalk, hopper/bwd_dq_order.h). Off:
 // on an H100 it made deterministic calls 14-22 % faster from 1k to 4k tokens at head

@@ -28,10 +28,11 @@
 // tile sees its own sequence's query blocks only, under the mask of the sequence's own
 // lengths (bottom-right aligned per sequence); its dQ parts and statistics are the
 // sequence's blocks in the workspace (hopper/bwd_workspace.h). Its dK and dV leave
-// through shared memory as a fixed-length call's do, but by row copies that stop at the
-// sequence's last key (a TMA store writes whole blocks, over the next sequence's rows);
-// with GQA/MQA they go to the fp32 accumulators, whence the postprocess writes the
-// sequence's rows only.
+// through shared memory as a fixed-length call's do, by TMA store from the packed tensor
+// offset to the sequence, except a sequence's partial last block: row copies stop at its
+// last key (a TMA store writes whole blocks, over the next sequence's rows); with
+// GQA/MQA they go to the fp32 accumulators, whence the postprocess writes the sequence's
+// rows only.
 //
 // Deterministic mode fixes the order of every sum across CTAs with counters in the
 // workspace: a tile adds its dQ part of query block m only after the key blocks before
@@ -532,9 +533,9 @@ struct BwdKernel {
 
   // dK and dV (converted, `rdK`, `rdV`) into shared memory (`dst_k`, `dst_v`: views of the
   // MMA's layout, transposed when it holds dKᵀ/dVᵀ) and out of the tiles `src_k`, `src_v`:
-  // by TMA store, issued by consumer thread 0, whose bulk group they are, or in a varlen
-  // call by every consumer thread's row copies (store_rows; with kBwdVarlenTmaStore only
-  // for a sequence's last block when it is partial). `seq`: the tile's sequence.
+  // by TMA store, issued by consumer thread 0, whose bulk group they are, or for a varlen
+  // sequence's last block when it is partial by every consumer thread's row copies
+  // (store_rows), which write no row past the sequence. `seq`: the tile's sequence.
   template <class Frag, class DstK, class DstV, class SrcK, class SrcV>
   __device__ static void store_dkv_out(const Params& params, int tid, TileCoord tile, const SeqBounds& seq,
                                        const Frag& rdK, const Frag& rdV, DstK dst_k, DstV dst_v, SrcK src_k,
@@ -552,9 +553,9 @@ struct BwdKernel {
       // MHA: the KV head is the query head.
       const int first = tile.m_block * Traits::kBlockN;
       const int rows = rows_in_block<Traits::kBlockN>(seq.seqlen_k, first);
-      // With kBwdVarlenTmaStore a block whole inside its sequence leaves by TMA as a
-      // fixed-length one does (below): it writes no row past the sequence.
-      if (!kBwdVarlenTmaStore || rows < Traits::kBlockN) {
+      // A block whole inside its sequence leaves by TMA as a fixed-length one does
+      // (below): 0-1 % faster calls than row copies of every block (docs/perf-log.md).
+      if (rows < Traits::kBlockN) {
         const std::int64_t row = static_cast<std::int64_t>(seq.offset_k) + first;
         store_rows(src_k, static_cast<Element*>(p.dk) + tile.head * p.dk_head_stride + row * p.dk_row_stride,
                    p.dk_row_stride, rows, p.head_dim, tid);
