@@ -566,25 +566,20 @@ struct BwdKernel {
     }
     if (tid == 0) {
       // MHA: the KV head is the query head. A varlen call's tensors are packed: the
-      // sequence's rows start at its offset.
+      // sequence's rows start at its offset (0 in a fixed-length call).
       const int n_block = tile.m_block;
       const int batch = tensor_batch<kVarlen>(p, tile.batch);
-      const auto sequence_rows = [&](auto&& head_rows) {
-        if constexpr (kVarlen) {
-          return domain_offset(make_coord(seq.offset_k, _0{}), head_rows);  // 0 without cu_seqlens
-        } else {
-          return head_rows;
-        }
-      };
       Tensor mdK = params.tma_dk.get_tma_tensor(
           make_shape(k_rows<kVarlen>(p), p.head_dim, p.nheads_kv, tensor_batches<kVarlen>(p)));
-      Tensor gdK = local_tile(sequence_rows(mdK(_, _, tile.head, batch)), Shape<BN, D>{}, make_coord(n_block, _0{}));
+      Tensor gdK = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mdK(_, _, tile.head, batch)),
+                              Shape<BN, D>{}, make_coord(n_block, _0{}));
       auto [tdKgK, tdKsK] =
           tma_partition(params.tma_dk, _0{}, Layout<_1>{}, group_modes<0, 2>(src_k), group_modes<0, 2>(gdK));
       copy(params.tma_dk, tdKsK, tdKgK);
       Tensor mdV = params.tma_dv.get_tma_tensor(
           make_shape(k_rows<kVarlen>(p), p.head_dim_v, p.nheads_kv, tensor_batches<kVarlen>(p)));
-      Tensor gdV = local_tile(sequence_rows(mdV(_, _, tile.head, batch)), Shape<BN, D>{}, make_coord(n_block, _0{}));
+      Tensor gdV = local_tile(domain_offset(make_coord(seq.offset_k, _0{}), mdV(_, _, tile.head, batch)),
+                              Shape<BN, D>{}, make_coord(n_block, _0{}));
       auto [tdVgV, tdVsV] =
           tma_partition(params.tma_dv, _0{}, Layout<_1>{}, group_modes<0, 2>(src_v), group_modes<0, 2>(gdV));
       copy(params.tma_dv, tdVsV, tdVgV);
