@@ -15,7 +15,7 @@ query and key lengths).
 Orders modelled:
   kernel   as above, the sequences in the call's order
   sorted   the same with the longest sequences first (not in the kernels)
-The fixed-length call of equal work (bench_variants.equal_work_shape's) runs in its own
+The fixed-length call of equal work (sim_varlen_order.equal_work_lengths) runs in its own
 kernel's order: the same groups causal, the static order without a mask (CTA c takes
 tiles c, c + ctas, ..., one pair's key blocks in a row).
 
@@ -28,20 +28,14 @@ memory, the L2, clocks and what a sequence's partial blocks cost beyond their pa
 work, and tells only how much of a mix's time the order and the empty slots can take.
 """
 import argparse
-import heapq
 import math
 
-# The batch of bench_variants.py's varlen variant (mixed_lengths(16384, 100, 4096), seed 0).
-BENCH_LENGTHS = (2299, 1668, 477, 261, 667, 450, 1836, 308, 587, 872, 2912, 651, 285, 1654, 993, 253, 211)
+from sim_varlen_order import BENCH_LENGTHS, blocks, drawn_time, equal_work_lengths, static_time
 
 # hopper/bwd_config.h: (block_m, block_n) of each head dim's kernel.
 TILES = {64: (128, 128), 96: (64, 128), 128: (64, 128), 192: (64, 96), 256: (64, 80)}
 
 L2_BUDGET = 16.0 * 1024 * 1024  # both group rules' (tile_scheduler.cuh)
-
-
-def blocks(n, block):
-    return (n + block - 1) // block
 
 
 def even_split(pairs, group):
@@ -106,43 +100,18 @@ def durations(lengths, heads, order, causal, head_dim, step, overhead, skip, gro
     return out
 
 
-def drawn_time(tile_durations, ctas):
-    """Each CTA takes the next tile as it finishes (its first one is its own index)."""
-    free = [(0.0, c) for c in range(ctas)]
-    heapq.heapify(free)
-    for d in tile_durations:
-        now, c = heapq.heappop(free)
-        heapq.heappush(free, (now + d, c))
-    return max(t for t, _ in free)
-
-
 def simulate(lengths, heads, order, causal, head_dim=64, ctas=132, step=1.0, overhead=1.0, skip=0.1):
     """Modelled time of one varlen backward call in `order`."""
     group = group_size(lengths, heads, causal, head_dim, ctas)
     return drawn_time(durations(lengths, heads, order, causal, head_dim, step, overhead, skip, group), ctas)
 
 
-def simulate_fixed(seqlen, batch, heads, causal, head_dim=64, ctas=132, step=1.0, overhead=1.0):
-    """Modelled time of the fixed-length call: the causal kernel's groups, or without a
-    mask the static order (CTA c: tiles c, c + ctas, ...)."""
-    lengths = [seqlen] * batch
+def simulate_fixed(lengths, heads, causal, head_dim=64, ctas=132, step=1.0, overhead=1.0):
+    """Modelled time of the fixed-length call of `lengths` (all equal): the causal
+    kernel's groups, or without a mask the static order, one pair's key blocks in a row."""
     if causal:
         return simulate(lengths, heads, "kernel", True, head_dim, ctas, step, overhead, 0.0)
-    tiles = durations(lengths, heads, "kernel", False, head_dim, step, overhead, 0.0, 1)
-    busy = [0.0] * ctas
-    for i, d in enumerate(tiles):
-        busy[i % ctas] += d
-    return max(busy)
-
-
-def equal_work_shape(lengths, causal, block=128):
-    """(seqlen, batch) of the fixed-length call of the same tokens and (query, key) pairs
-    (bench_variants.equal_work_shape)."""
-    tokens = sum(lengths)
-    pairs = sum(n * (n + 1) // 2 if causal else n * n for n in lengths)
-    mean = 2 * pairs / tokens - 1 if causal else pairs / tokens
-    seqlen = max(block, round(mean / block) * block)
-    return seqlen, max(1, round(tokens / seqlen))
+    return static_time(durations(lengths, heads, "kernel", False, head_dim, step, overhead, 0.0, 1), ctas)
 
 
 def main():
@@ -158,12 +127,12 @@ def main():
     block_m, block_n = TILES[a.head_dim]
     model = dict(head_dim=a.head_dim, ctas=a.ctas, step=1.0, overhead=a.overhead)
     for causal in (False, True):
-        seqlen, batch = equal_work_shape(a.lengths, causal)
-        base = simulate_fixed(seqlen, batch, heads, causal, **model)
+        fixed = equal_work_lengths(a.lengths, causal)
+        base = simulate_fixed(fixed, heads, causal, **model)
         work = sum(durations(a.lengths, heads, "kernel", causal, a.head_dim, 1.0, a.overhead, 0.0, 1))
         group = group_size(a.lengths, heads, causal, a.head_dim, a.ctas)
         print(f"{'causal' if causal else 'no mask'}, head dim {a.head_dim} ({block_m} x {block_n} tiles), "
-              f"{heads} heads: fixed {batch} x {seqlen} {base:8.1f} steps; the mix's even share "
+              f"{heads} heads: fixed {len(fixed)} x {fixed[0]} {base:8.1f} steps; the mix's even share "
               f"{work / a.ctas / base:.3f}x; groups of {group} pairs")
         for order in ("kernel", "sorted"):
             t = simulate(a.lengths, heads, order, causal, skip=a.skip, **model)

@@ -89,14 +89,22 @@ def simulate(lengths, heads, order, causal, ctas=132, step=1.9, overhead=1.0, sk
     for b, m in slots(lengths, heads, order, block_m, group):
         real = m < blocks(lengths[b], block_m)
         durations.append(overhead + step * tile_steps(lengths[b], m, causal, block_m, block_n) if real else skip)
-    if order == "static":
-        busy = [0.0] * ctas
-        for i, d in enumerate(durations):
-            busy[i % ctas] += d
-        return max(busy)
+    return static_time(durations, ctas) if order == "static" else drawn_time(durations, ctas)
+
+
+def static_time(tile_durations, ctas):
+    """CTA c runs tiles c, c + ctas, ..."""
+    busy = [0.0] * ctas
+    for i, d in enumerate(tile_durations):
+        busy[i % ctas] += d
+    return max(busy)
+
+
+def drawn_time(tile_durations, ctas):
+    """Each CTA takes the next tile as it finishes (its first one is its own index)."""
     free = [(0.0, c) for c in range(ctas)]
     heapq.heapify(free)
-    for d in durations:
+    for d in tile_durations:
         now, c = heapq.heappop(free)
         heapq.heappush(free, (now + d, c))
     return max(t for t, _ in free)

@@ -58,12 +58,7 @@ def test_one_cta_runs_every_tile_and_skips_every_empty_slot():
 
 def test_fixed_call_without_a_mask_is_the_static_order():
     # Two pairs of two key blocks on 3 CTAs: CTA 0 runs tiles 0 and 3.
-    assert sim.simulate_fixed(256, 2, 1, False, head_dim=64, ctas=3, step=1.0, overhead=0.0) == pytest.approx(4.0)
-
-
-def test_equal_work_shape_keeps_tokens_and_work():
-    assert sim.equal_work_shape([1024] * 4, causal=False) == (1024, 4)
-    assert sim.equal_work_shape(list(sim.BENCH_LENGTHS), causal=False) == (1664, 10)
+    assert sim.simulate_fixed([256] * 2, 1, False, head_dim=64, ctas=3, step=1.0, overhead=0.0) == pytest.approx(4.0)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -71,13 +66,13 @@ def test_equal_work_shape_keeps_tokens_and_work():
 def test_orders_on_the_benchmarks_batch(head_dim, causal):
     heads = 2048 // head_dim
     lengths = list(sim.BENCH_LENGTHS)
-    seqlen, batch = sim.equal_work_shape(lengths, causal)
-    base = sim.simulate_fixed(seqlen, batch, heads, causal, head_dim=head_dim)
+    fixed = sim.equal_work_lengths(lengths, causal)
+    base = sim.simulate_fixed(fixed, heads, causal, head_dim=head_dim)
     kernel = sim.simulate(lengths, heads, "kernel", causal, head_dim=head_dim)
     ordered = sim.simulate(lengths, heads, "sorted", causal, head_dim=head_dim)
     # The longest sequences first never lose, and the order leaves the mix within 6 %
     # of the fixed-length call: far from the 9-18 % measured on an H100.
     assert ordered <= kernel < 1.06 * base
     # Equal lengths through the varlen order run as the fixed-length call.
-    same = sim.simulate([seqlen] * batch, heads, "kernel", causal, head_dim=head_dim)
+    same = sim.simulate(fixed, heads, "kernel", causal, head_dim=head_dim)
     assert same == pytest.approx(base, rel=0.02)
