@@ -14,6 +14,9 @@ the same settings, in the same way.
 (FlashAttention-3's kernels are all named cutlass::device_kernel, hence the demangled
 names.) The backward is profiled alone: the forward runs before the profiled range.
 
+--dtype e4m3 profiles the FP8 forward (--pass fwd), its inputs quantized with one
+descale per (batch, head), as the sweep's --fp8-scales descales gives both libraries.
+
 --varlen-lengths LOW:HIGH profiles a varlen call instead (fa3's or FlashAttention-3's
 flash_attn_varlen_func): the sweep's 16k tokens packed in sequences of LOW to HIGH
 tokens, the mix bench_variants.py --varlen-only times (--seqlen is then unused).
@@ -42,7 +45,12 @@ def parse_args(argv=None):
     parser.add_argument("--hdim", type=int, default=128)
     parser.add_argument("--seqlen", type=int, default=16384)
     parser.add_argument("--causal", action="store_true")
-    parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument(
+        "--dtype",
+        choices=["bf16", "fp16", "e4m3"],
+        default="bf16",
+        help="e4m3: the FP8 forward, one descale per (batch, head) as the sweep's --fp8-scales descales",
+    )
     parser.add_argument("--warmup", type=int, default=3, help="calls before the profiled one")
     parser.add_argument(
         "--varlen-lengths",
@@ -50,6 +58,8 @@ def parse_args(argv=None):
         help="LOW:HIGH: a varlen call on sequences of LOW to HIGH tokens (fa3 and flashattention3)",
     )
     args = parser.parse_args(argv)
+    if args.dtype == "e4m3" and (args.pass_ != "fwd" or args.varlen_lengths is not None):
+        parser.error("--dtype e4m3: fixed-length forward calls only (--pass fwd)")
     if args.varlen_lengths is not None and args.impl not in VARLEN_IMPLS:
         parser.error(f"--varlen-lengths: {args.impl} has no varlen call here (one of {', '.join(VARLEN_IMPLS)})")
     if not 1 <= args.hdim <= bench_attention.HIDDEN:
@@ -92,12 +102,18 @@ def varlen_forward(impl, lengths, cu_seqlens):
 
 
 def sweep_call(args, dtype):
-    """The profiled call on the sweep's point: the backward alone, or the forward."""
-    q, k, v = (torch.randn(shape(args.seqlen, args.hdim), device="cuda", dtype=dtype) for _ in range(3))
+    """The profiled call on the sweep's point: the backward alone, or the forward (e4m3:
+    inputs drawn in bf16, quantized with one descale per (batch, head))."""
+    drawn = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype
+    q, k, v = (torch.randn(shape(args.seqlen, args.hdim), device="cuda", dtype=drawn) for _ in range(3))
     if args.pass_ == "bwd":
         return bench_attention.backward_fn(args.impl, q, k, v, args.causal, torch.randn_like(q))
-    bench_attention.attempt(args.impl, q, k, v, args.causal)
-    return lambda: bench_attention.IMPLS[args.impl](q, k, v, args.causal)
+    fp8 = {}
+    if dtype == torch.float8_e4m3fn:
+        (q, qs), (k, ks), (v, vs) = (bench_attention.quantize_per_head(t) for t in (q, k, v))
+        fp8 = {"q_descale": qs, "k_descale": ks, "v_descale": vs}
+    bench_attention.attempt(args.impl, q, k, v, args.causal, **fp8)
+    return lambda: bench_attention.IMPLS[args.impl](q, k, v, args.causal, **fp8)
 
 
 def varlen_call(args, dtype):

@@ -56,3 +56,12 @@ def test_varlen_lengths_option():
         profile_call.parse_args(["--varlen-lengths", "100:4096", "--impl", "cudnn"])
     with pytest.raises(SystemExit):
         profile_call.parse_args(["--varlen-lengths", "4096:100"])
+
+
+def test_e4m3_profiles_fixed_length_forward_calls_only():
+    args = profile_call.parse_args(["--dtype", "e4m3", "--pass", "fwd", "--hdim", "256"])
+    assert (args.dtype, args.pass_, args.hdim) == ("e4m3", "fwd", 256)
+    with pytest.raises(SystemExit):
+        profile_call.parse_args(["--dtype", "e4m3"])  # the backward, the default pass
+    with pytest.raises(SystemExit):
+        profile_call.parse_args(["--dtype", "e4m3", "--pass", "fwd", "--varlen-lengths", "100:4096"])
