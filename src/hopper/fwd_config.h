@@ -121,6 +121,18 @@ inline constexpr bool kFp8VtInSmem = true;
 inline constexpr bool kFp8VtInSmem = false;
 #endif
 
+// Whether the transposing warps of those kernels take each stage of V in pieces (a few
+// key groups of one chunk of columns) dealt in turn, instead of whole chunks each
+// (hopper/fwd_vt_transpose.cuh): the build's FA3_FP8_VT_PIECES. At head dim 256 three
+// warps then share eight chunks as 11, 11 and 10 pieces instead of 12, 12 and 8, and a
+// lane keeps two addresses instead of one per chunk (spills 24 / 56 bytes instead of
+// 80 / 148). Off until it has run on a GPU (docs/perf-log.md).
+#ifdef FA3_FP8_VT_PIECES
+inline constexpr bool kFp8VtPieces = true;
+#else
+inline constexpr bool kFp8VtPieces = false;
+#endif
+
 // The forward's K and V loads carry the L2's evict-last policy and its Q loads
 // evict-first (the build's FA3_FWD_L2_HINTS). A head's K and V are read by every query
 // block of the head, in the causal and general orders by the group's CTAs together

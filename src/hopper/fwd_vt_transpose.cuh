@@ -16,13 +16,15 @@
 // unit's bytes permuted.
 #pragma once
 
-#include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include <cstdint>
+#include <cute/tensor.hpp>
+#include <type_traits>
 
 #include "hopper/arch/ptx.cuh"
 #include "hopper/fp8_vt_smem.h"
+#include "hopper/fwd_config.h"
 #include "hopper/fwd_params.h"
 #include "hopper/pipeline.cuh"
 
@@ -45,6 +47,16 @@ struct FwdVtTranspose {
   // 80 / 148 and ran up to 6 % faster (4 % at most lengths from 2k keys) on an H100,
   // though each ldmatrix then waits for the one before it (docs/perf-log.md).
   static constexpr int kBatch = kKeyGroups % 4 == 0 && kWarps == 2 ? 4 : 2;
+  // Row-major V moves in whole chunks (columns 32 c ..) a warp, or with kFp8VtPieces in
+  // pieces of kBatch key groups of one chunk, dealt to the warps in turn: warp w takes
+  // pieces w, w + kWarps, ... A stage takes as long as the longest share, each ldmatrix
+  // waiting for the one before it (the producer's 24 registers hold one in flight): eight
+  // chunks to three warps (head dim 256) are 3, 3 and 2 chunks of four pieces, or 11, 11
+  // and 10 pieces.
+  static_assert(kKeyGroups % kBatch == 0, "a chunk's key groups split into whole pieces");
+  static constexpr int kPiecesPerChunk = kKeyGroups / kBatch;
+  static constexpr int kPieces = kDV / 32 * kPiecesPerChunk;
+  static constexpr int kPiecesPerWarp = (kPieces + kWarps - 1) / kWarps;
   static_assert(kBlockN % 32 == 0 && kDV % 32 == 0, "V's stage is moved in chunks of 16 keys x 32 columns, in pairs");
   static_assert(cute::sizeof_bits_v<Element> == 8, "the transpose moves e4m3 bytes");
 
@@ -53,7 +65,10 @@ struct FwdVtTranspose {
                              int thread) {
     // Uniform for the call: which layout V lands in.
     const bool keys_contiguous = p.v_col_stride != 1;
-    const ChunkAddresses chunks(smem, thread / 32, thread % 32);
+    // The pieces' offsets are uniform values of the warp index: a uniform one.
+    const int warp = kFp8VtPieces ? __shfl_sync(0xffffffffu, thread / 32, 0) : thread / 32;
+    using Addresses = std::conditional_t<kFp8VtPieces, LaneAddresses, ChunkAddresses>;
+    const Addresses addresses(smem, warp, thread % 32);
     State landed;
     State vt = Pipeline::producer_start();
     for (;;) {
@@ -67,9 +82,9 @@ struct FwdVtTranspose {
       if (keys_contiguous) {
         permute_units(smem, landed.index, vt.index, keys, thread);
       } else if (keys < kBlockN) {
-        transpose_chunks<true>(chunks, landed.index, vt.index, keys, thread % 32);
+        transpose<true>(addresses, landed.index, vt.index, keys, thread % 32);
       } else {
-        transpose_chunks<false>(chunks, landed.index, vt.index, keys, thread % 32);
+        transpose<false>(addresses, landed.index, vt.index, keys, thread % 32);
       }
       arch::compiler_barrier();
       landed_pipe.consumer_release_each(landed);
@@ -102,20 +117,89 @@ struct FwdVtTranspose {
     return w;
   }
   static constexpr int kVtAtomBytes = vt_atom_bytes();
-  __host__ __device__ static constexpr std::uint32_t dst_group_xor(int g) { return 16 * g % kVtAtomBytes; }
-  __host__ __device__ static constexpr std::uint32_t dst_group_add(int g) {
-    return static_cast<std::uint32_t>(dst_offset(0, 16 * g)) - dst_group_xor(g);
+  static constexpr unsigned kVtAtomStride = kVtAtomBytes < kBlockN ? dst_offset(0, kVtAtomBytes) - dst_offset(0, 0) : 0;
+  __host__ __device__ static constexpr std::uint32_t dst_group_xor(unsigned g) { return 16 * g % kVtAtomBytes; }
+  __host__ __device__ static constexpr std::uint32_t dst_group_add(unsigned g) {
+    return 16 * g / kVtAtomBytes * kVtAtomStride;
   }
   static_assert(kStageBytes % 1024 == 0, "stages keep the rings' 1024-byte alignment, which the XOR relies on");
+
+  // Chunk c (columns 32 c ..) from a lane's addresses in chunk 0 (a CPU test checks them
+  // at every lane and chunk of each FP8 configuration):
+  //   V: 32 columns on within a swizzle atom's row of kSrcAtomBytes (the column's 16-byte
+  //     unit XORed, as the swizzle XORs it with the key: the two commute), whole atoms
+  //     further on;
+  //   Vᵀ: 32 rows further on.
+  __host__ __device__ static constexpr int src_atom_bytes() {
+    int w = 32;
+    while (w < kDV && src_offset(0, w) == w) w *= 2;
+    return w;
+  }
+  static constexpr int kSrcAtomBytes = src_atom_bytes();
+  static constexpr unsigned kSrcAtomStride = kSrcAtomBytes < kDV ? src_offset(0, kSrcAtomBytes) - src_offset(0, 0) : 0;
+  static constexpr unsigned kDstChunkStride = dst_offset(32, 0) - dst_offset(0, 0);
+  __host__ __device__ static constexpr std::uint32_t src_chunk_xor(unsigned c) { return 32 * c % kSrcAtomBytes; }
+  __host__ __device__ static constexpr std::uint32_t src_chunk_add(unsigned c) {
+    return 32 * c / kSrcAtomBytes * kSrcAtomStride;
+  }
+  __host__ __device__ static constexpr std::uint32_t dst_chunk_add(unsigned c) { return c * kDstChunkStride; }
 
  private:
   __device__ __forceinline__ static std::uint32_t smem_address(const void* p) {
     return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
   }
 
-  // Row-major V: warp w takes the chunks of columns 32 c (c = w, w + kWarps, ...), each
-  // over the block's key groups. A lane's addresses of its chunks in the first stages,
-  // computed once (the layouts' arithmetic is a few instructions per address).
+  // Key groups g0 .. g0 + kBatch - 1 of one chunk: `src` is the lane's ldmatrix address of
+  // group g0, `dst` its stmatrix address of the chunk's group 0. kMasked: a block with
+  // keys past the sequence's (`keys`).
+  template <bool kMasked>
+  __device__ __forceinline__ static void move_batch(std::uint32_t src, std::uint32_t dst, unsigned g0, int keys,
+                                                    int lane) {
+    const int q = lane % 4;
+    const std::uint32_t sel0 = vt_chunk_lane(lane).sel0, sel1 = vt_chunk_lane(lane).sel1;
+    // The ldmatrix and stmatrix statements keep their order (asm volatile, so that none
+    // moves past the stage's waits).
+    std::uint32_t r[kBatch][4];
+    CUTE_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      asm volatile("ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(r[j][0]), "=r"(r[j][1]), "=r"(r[j][2]), "=r"(r[j][3])
+                   : "r"(src + j * kSrcGroupStride));
+    }
+    CUTE_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      const unsigned g = g0 + j;
+      std::uint32_t s0 = __byte_perm(r[j][0], r[j][1], sel0);
+      std::uint32_t s1 = __byte_perm(r[j][0], r[j][1], sel1);
+      std::uint32_t s2 = __byte_perm(r[j][2], r[j][3], sel0);
+      std::uint32_t s3 = __byte_perm(r[j][2], r[j][3], sel1);
+      if constexpr (kMasked) {
+        // Every register of a lane holds the same four keys of the group.
+        const std::uint32_t mask = vt_word_key_mask(q, keys - 16 * static_cast<int>(g));
+        s0 &= mask;
+        s1 &= mask;
+        s2 &= mask;
+        s3 &= mask;
+      }
+      asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"((dst ^ dst_group_xor(g)) +
+                                                                                            dst_group_add(g)),
+                   "r"(s0), "r"(s1), "r"(s2), "r"(s3));
+    }
+  }
+
+  // Row-major V, the build's way (kFp8VtPieces).
+  template <bool kMasked, class Addresses>
+  __device__ static void transpose(const Addresses& addresses, int landed_stage, int vt_stage, int keys, int lane) {
+    if constexpr (kFp8VtPieces) {
+      transpose_pieces<kMasked>(addresses, landed_stage, vt_stage, keys, lane);
+    } else {
+      transpose_chunks<kMasked>(addresses, landed_stage, vt_stage, keys, lane);
+    }
+  }
+
+  // Whole chunks a warp: warp w takes the chunks c = w, w + kWarps, ..., each over the
+  // block's key groups. A lane's addresses of its chunks in the first stages, computed
+  // once (the layouts' arithmetic is a few instructions per address).
   static constexpr int kChunksPerWarp = (kDV / 32 + kWarps - 1) / kWarps;
   struct ChunkAddresses {
     int warp;
@@ -136,49 +220,55 @@ struct FwdVtTranspose {
     }
   };
 
-  // kMasked: a block with keys past the sequence's (`keys`).
   template <bool kMasked>
   __device__ static void transpose_chunks(const ChunkAddresses& chunks, int landed_stage, int vt_stage, int keys,
                                           int lane) {
-    const int q = lane % 4;
-    const std::uint32_t sel0 = vt_chunk_lane(lane).sel0, sel1 = vt_chunk_lane(lane).sel1;
     CUTE_UNROLL
     for (int c = 0; c < kChunksPerWarp; ++c) {
       if (!chunks.owns(c)) continue;
       const std::uint32_t src = chunks.src[c] + landed_stage * kStageBytes;
       const std::uint32_t dst = chunks.dst[c] + vt_stage * kStageBytes;
-      // The ldmatrix and stmatrix statements keep their order (asm volatile, so that none
-      // moves past the stage's waits): a batch's loads are all issued before its first
-      // store waits on them.
       CUTE_UNROLL
       for (int g0 = 0; g0 < kKeyGroups; g0 += kBatch) {
-        std::uint32_t r[kBatch][4];
-        CUTE_UNROLL
-        for (int i = 0; i < kBatch; ++i) {
-          asm volatile("ldmatrix.sync.aligned.x4.trans.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(r[i][0]), "=r"(r[i][1]), "=r"(r[i][2]), "=r"(r[i][3])
-                       : "r"(src + (g0 + i) * kSrcGroupStride));
-        }
-        CUTE_UNROLL
-        for (int i = 0; i < kBatch; ++i) {
-          const int g = g0 + i;
-          std::uint32_t s0 = __byte_perm(r[i][0], r[i][1], sel0);
-          std::uint32_t s1 = __byte_perm(r[i][0], r[i][1], sel1);
-          std::uint32_t s2 = __byte_perm(r[i][2], r[i][3], sel0);
-          std::uint32_t s3 = __byte_perm(r[i][2], r[i][3], sel1);
-          if constexpr (kMasked) {
-            // Every register of a lane holds the same four keys of the group.
-            const std::uint32_t mask = vt_word_key_mask(q, keys - 16 * g);
-            s0 &= mask;
-            s1 &= mask;
-            s2 &= mask;
-            s3 &= mask;
-          }
-          asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
-                           (dst ^ dst_group_xor(g)) + dst_group_add(g)),
-                       "r"(s0), "r"(s1), "r"(s2), "r"(s3));
-        }
+        move_batch<kMasked>(src + g0 * kSrcGroupStride, dst, g0, keys, lane);
       }
+    }
+  }
+
+  // Pieces dealt in turn (kFp8VtPieces). A lane's addresses in the first piece; a piece's
+  // offsets from them are uniform values of the (uniform) warp index, so that the lane's
+  // registers, 24 in the producer warpgroup, need not hold an address per piece (held
+  // so, they spill).
+  struct LaneAddresses {
+    int warp;  // uniform
+    std::uint32_t src;
+    std::uint32_t dst;
+
+    __device__ LaneAddresses(SharedStorage& smem, int warp_, int lane) : warp(warp_) {
+      const VtChunkLane l = vt_chunk_lane(lane);
+      src = smem_address(smem.v_landed) + src_offset(l.src_key, l.src_col);
+      dst = smem_address(smem.v) + dst_offset(l.dst_row, 0);
+    }
+  };
+
+  template <bool kMasked>
+  __device__ static void transpose_pieces(const LaneAddresses& lanes, int landed_stage, int vt_stage, int keys,
+                                          int lane) {
+    // Opaque to the compiler, so that it computes the pieces' offsets here, a few uniform
+    // instructions each, instead of once before the stage loop into registers it lacks.
+    unsigned warp = lanes.warp;
+    asm volatile("" : "+r"(warp));
+    CUTE_UNROLL
+    for (unsigned i = 0; i < kPiecesPerWarp; ++i) {
+      const unsigned piece = warp + i * kWarps;
+      if (kPieces % kWarps != 0 && piece >= kPieces) break;
+      const unsigned chunk = piece / kPiecesPerChunk, g0 = piece % kPiecesPerChunk * kBatch;
+      // The rings start 1024-byte aligned and the XORs stay below 128: they act on the
+      // offset inside the stage alone.
+      const std::uint32_t src = ((lanes.src ^ src_chunk_xor(chunk)) + src_chunk_add(chunk)) +
+                                landed_stage * kStageBytes + g0 * kSrcGroupStride;
+      const std::uint32_t dst = lanes.dst + dst_chunk_add(chunk) + vt_stage * kStageBytes;
+      move_batch<kMasked>(src, dst, g0, keys, lane);
     }
   }
 

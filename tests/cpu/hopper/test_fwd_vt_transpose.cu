@@ -71,6 +71,17 @@ void expect_addresses_follow_the_layouts() {
       ASSERT_EQ(T::dst_offset(row, 16 * g) + T::kStageBytes, at(sVt(row, 16 * g, 1)));
     }
   }
+  // A chunk's addresses from a lane's in chunk 0.
+  for (int lane = 0; lane < 32; ++lane) {
+    const VtChunkLane l = vt_chunk_lane(lane);
+    for (int c = 0; c < Traits::kHeadDimV / 32; ++c) {
+      ASSERT_EQ(T::src_offset(l.src_key, 32 * c + l.src_col),
+                (T::src_offset(l.src_key, l.src_col) ^ T::src_chunk_xor(c)) + T::src_chunk_add(c))
+          << "V lane " << lane << " chunk " << c;
+      ASSERT_EQ(T::dst_offset(32 * c + l.dst_row, 0), T::dst_offset(l.dst_row, 0) + T::dst_chunk_add(c))
+          << "Vt lane " << lane << " chunk " << c;
+    }
+  }
   for (int key = 0; key < 16; ++key) {
     for (int col = 0; col < Traits::kHeadDimV; col += 16) {
       for (int g = 0; g < Traits::kBlockN / 16; ++g) {
@@ -81,55 +92,84 @@ void expect_addresses_follow_the_layouts() {
   }
 }
 
+// Key group g of one chunk through the lanes' ldmatrix / byte_perm / stmatrix roles under
+// the PTX ISA's fragment rules, at the lanes' addresses `src` (group g's rows of V) and
+// `dst` (its Vᵀ rows). `conflicts` counts matrices that would take more than one pass of
+// the banks.
+void move_group(const std::vector<std::uint8_t>& v, std::vector<std::uint8_t>& vt, int keys, int block_n, int g,
+                const int* src, const int* dst, int* conflicts) {
+  for (int j = 0; j < 4; ++j) {
+    std::vector<int> ld(src + 8 * j, src + 8 * j + 8), st(dst + 8 * j, dst + 8 * j + 8);
+    *conflicts += !one_pass(ld) + !one_pass(st);
+  }
+  // ldmatrix.trans: lane t's register j holds 16-bit column t / 4 of rows 2 (t % 4) and
+  // 2 (t % 4) + 1 of matrix j, whose row i is the 16 bytes at lane 8 j + i's address.
+  std::uint32_t s[32][4];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int u = lane / 4, q = lane % 4;
+    std::uint32_t r[4];
+    for (int j = 0; j < 4; ++j) {
+      const std::uint8_t* lo = &v[src[8 * j + 2 * q]];
+      const std::uint8_t* hi = &v[src[8 * j + 2 * q + 1]];
+      r[j] = lo[2 * u] | lo[2 * u + 1] << 8 | hi[2 * u] << 16 | static_cast<std::uint32_t>(hi[2 * u + 1]) << 24;
+    }
+    const VtChunkLane l = vt_chunk_lane(lane);
+    s[lane][0] = byte_perm(r[0], r[1], l.sel0);
+    s[lane][1] = byte_perm(r[0], r[1], l.sel1);
+    s[lane][2] = byte_perm(r[2], r[3], l.sel0);
+    s[lane][3] = byte_perm(r[2], r[3], l.sel1);
+    if (keys < block_n) {
+      for (std::uint32_t& w : s[lane]) w &= vt_word_key_mask(q, keys - 16 * g);
+    }
+  }
+  // stmatrix: lane t's register j is bytes 4 (t % 4) .. of row t / 4 of matrix j, whose
+  // row i goes to lane 8 j + i's address.
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int j = 0; j < 4; ++j) {
+      std::uint8_t* row = &vt[dst[8 * j + lane / 4]];
+      for (int b = 0; b < 4; ++b) row[4 * (lane % 4) + b] = static_cast<std::uint8_t>(s[lane][j] >> (8 * b));
+    }
+  }
+}
+
 // One stage of V (random bytes, `keys` of them the sequence's) through the transpose's
-// lanes as the kernel runs them; returns the Vᵀ stage. `conflicts` counts matrices that
-// would take more than one pass of the banks.
+// lanes as the kernel runs them, its warps dealt whole chunks or (`pieces`,
+// kFp8VtPieces) pieces; returns the Vᵀ stage.
 template <class Case>
-std::vector<std::uint8_t> transpose_stage(const std::vector<std::uint8_t>& v, int keys, int* conflicts) {
+std::vector<std::uint8_t> transpose_stage(const std::vector<std::uint8_t>& v, int keys, bool pieces, int* conflicts) {
   using T = typename Case::T;
-  constexpr int kDV = Case::Traits::kHeadDimV, kGroups = Case::Traits::kBlockN / 16;
+  constexpr int kBN = Case::Traits::kBlockN;
   std::vector<std::uint8_t> vt(T::kStageBytes, 0xa5);
-  for (int warp = 0; warp < Case::Traits::kTransposeWarps; ++warp) {
-    for (int c = warp; c < kDV / 32; c += Case::Traits::kTransposeWarps) {
-      for (int g = 0; g < kGroups; ++g) {
-        int src[32], dst[32];
-        for (int lane = 0; lane < 32; ++lane) {
-          const VtChunkLane l = vt_chunk_lane(lane);
-          src[lane] = T::src_offset(l.src_key, 32 * c + l.src_col) + g * T::kSrcGroupStride;
-          dst[lane] =
-              static_cast<int>((T::dst_offset(32 * c + l.dst_row, 0) ^ T::dst_group_xor(g)) + T::dst_group_add(g));
-        }
-        for (int j = 0; j < 4; ++j) {
-          std::vector<int> ld(src + 8 * j, src + 8 * j + 8), st(dst + 8 * j, dst + 8 * j + 8);
-          *conflicts += !one_pass(ld) + !one_pass(st);
-        }
-        // ldmatrix.trans: lane t's register j holds 16-bit column t / 4 of rows 2 (t % 4) and
-        // 2 (t % 4) + 1 of matrix j, whose row i is the 16 bytes at lane 8 j + i's address.
-        std::uint32_t s[32][4];
-        for (int lane = 0; lane < 32; ++lane) {
-          const int u = lane / 4, q = lane % 4;
-          std::uint32_t r[4];
-          for (int j = 0; j < 4; ++j) {
-            const std::uint8_t* lo = &v[src[8 * j + 2 * q]];
-            const std::uint8_t* hi = &v[src[8 * j + 2 * q + 1]];
-            r[j] = lo[2 * u] | lo[2 * u + 1] << 8 | hi[2 * u] << 16 | static_cast<std::uint32_t>(hi[2 * u + 1]) << 24;
+  int src[32], dst[32];
+  for (int warp = 0; warp < T::kWarps; ++warp) {
+    if (pieces) {
+      // Warp w takes pieces w, w + kWarps, ...; a piece is kBatch key groups of one
+      // chunk. The kernel's arithmetic: the lane's addresses in the first piece, the
+      // piece's chunk and first group, the group within the piece.
+      for (int piece = warp; piece < T::kPieces; piece += T::kWarps) {
+        const int c = piece / T::kPiecesPerChunk, g0 = piece % T::kPiecesPerChunk * T::kBatch;
+        for (int g = g0; g < g0 + T::kBatch; ++g) {
+          for (int lane = 0; lane < 32; ++lane) {
+            const VtChunkLane l = vt_chunk_lane(lane);
+            src[lane] = static_cast<int>((T::src_offset(l.src_key, l.src_col) ^ T::src_chunk_xor(c)) +
+                                         T::src_chunk_add(c) + g0 * T::kSrcGroupStride + (g - g0) * T::kSrcGroupStride);
+            const std::uint32_t chunk_dst = T::dst_offset(l.dst_row, 0) + T::dst_chunk_add(c);
+            dst[lane] = static_cast<int>((chunk_dst ^ T::dst_group_xor(g)) + T::dst_group_add(g));
           }
-          const VtChunkLane l = vt_chunk_lane(lane);
-          s[lane][0] = byte_perm(r[0], r[1], l.sel0);
-          s[lane][1] = byte_perm(r[0], r[1], l.sel1);
-          s[lane][2] = byte_perm(r[2], r[3], l.sel0);
-          s[lane][3] = byte_perm(r[2], r[3], l.sel1);
-          if (keys < Case::Traits::kBlockN) {
-            for (std::uint32_t& w : s[lane]) w &= vt_word_key_mask(q, keys - 16 * g);
-          }
+          move_group(v, vt, keys, kBN, g, src, dst, conflicts);
         }
-        // stmatrix: lane t's register j is bytes 4 (t % 4) .. of row t / 4 of matrix j, whose
-        // row i goes to lane 8 j + i's address.
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int j = 0; j < 4; ++j) {
-            std::uint8_t* row = &vt[dst[8 * j + lane / 4]];
-            for (int b = 0; b < 4; ++b) row[4 * (lane % 4) + b] = static_cast<std::uint8_t>(s[lane][j] >> (8 * b));
+      }
+    } else {
+      // Warp w takes chunks w, w + kWarps, ..., each over every key group.
+      for (int c = warp; c < Case::Traits::kHeadDimV / 32; c += T::kWarps) {
+        for (int g = 0; g < kBN / 16; ++g) {
+          for (int lane = 0; lane < 32; ++lane) {
+            const VtChunkLane l = vt_chunk_lane(lane);
+            src[lane] = T::src_offset(l.src_key, 32 * c + l.src_col) + g * T::kSrcGroupStride;
+            dst[lane] =
+                static_cast<int>((T::dst_offset(32 * c + l.dst_row, 0) ^ T::dst_group_xor(g)) + T::dst_group_add(g));
           }
+          move_group(v, vt, keys, kBN, g, src, dst, conflicts);
         }
       }
     }
@@ -181,14 +221,16 @@ void expect_stages_become_vt() {
   for (int keys : {kBN, kBN - 1, 37, 1, 0}) {
     SCOPED_TRACE("keys " + std::to_string(keys));
     int conflicts = 0;
-    const std::vector<std::uint8_t> vt = transpose_stage<Case>(rows, keys, &conflicts);
+    const std::vector<std::uint8_t> by_chunks = transpose_stage<Case>(rows, keys, false, &conflicts);
+    const std::vector<std::uint8_t> by_pieces = transpose_stage<Case>(rows, keys, true, &conflicts);
     const std::vector<std::uint8_t> permuted = permute_stage<Case>(cols, keys);
     EXPECT_EQ(conflicts, 0) << "ldmatrix / stmatrix matrices that take more than one pass of the banks";
     for (int col = 0; col < kDV; ++col) {
       for (int k = 0; k < kBN; ++k) {
         const int key = k / 16 * 16 + fp8_vt_key(k % 16);
         const std::uint8_t want = key < keys ? value[key * kDV + col] : 0;
-        ASSERT_EQ(vt[T::dst_offset(col, k)], want) << "row " << col << " column " << k << " (key " << key << ")";
+        ASSERT_EQ(by_chunks[T::dst_offset(col, k)], want) << "row " << col << " column " << k << " (key " << key << ")";
+        ASSERT_EQ(by_pieces[T::dst_offset(col, k)], want) << "pieces: row " << col << " column " << k;
         ASSERT_EQ(permuted[T::dst_offset(col, k)], want) << "V_colmajor: row " << col << " column " << k;
       }
     }
@@ -204,6 +246,7 @@ TEST(FwdVtTranspose, AddressesFollowTheLayouts) {
   expect_addresses_follow_the_layouts<VtCase<192, 128>>();
   expect_addresses_follow_the_layouts<VtCase<192, 160>>();
   expect_addresses_follow_the_layouts<VtCase<256, 64>>();
+  expect_addresses_follow_the_layouts<VtCase<256, 128>>();
 }
 
 TEST(FwdVtTranspose, StagesBecomeVtInItsKeyOrder) {
@@ -215,6 +258,7 @@ TEST(FwdVtTranspose, StagesBecomeVtInItsKeyOrder) {
   expect_stages_become_vt<VtCase<192, 128>>();
   expect_stages_become_vt<VtCase<192, 160>>();
   expect_stages_become_vt<VtCase<256, 64>>();
+  expect_stages_become_vt<VtCase<256, 128>>();
 }
 
 // With the transpose in shared memory every FP8 tile still fits: V's landing ring next to
