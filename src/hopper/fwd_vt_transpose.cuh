@@ -111,12 +111,15 @@ struct FwdVtTranspose {
   //     within an atom's row of kVtAtomBytes the swizzle XORs the 16-byte unit with the
   //     row's index, and further key groups are whole atoms away.
   static constexpr int kSrcGroupStride = src_offset(16, 0) - src_offset(0, 0);
-  __host__ __device__ static constexpr int vt_atom_bytes() {
-    int w = 16;
-    while (w < kBlockN && dst_offset(0, w) == w) w *= 2;
+  // The bytes of a swizzle atom's row: Vᵀ's (`vt`, along the keys) or V's (along the
+  // columns), the first width at which the next byte lies outside the row.
+  __host__ __device__ static constexpr int atom_bytes(bool vt) {
+    const int limit = vt ? kBlockN : kDV;
+    int w = vt ? 16 : 32;
+    while (w < limit && (vt ? dst_offset(0, w) : src_offset(0, w)) == w) w *= 2;
     return w;
   }
-  static constexpr int kVtAtomBytes = vt_atom_bytes();
+  static constexpr int kVtAtomBytes = atom_bytes(true);
   static constexpr unsigned kVtAtomStride = kVtAtomBytes < kBlockN ? dst_offset(0, kVtAtomBytes) - dst_offset(0, 0) : 0;
   __host__ __device__ static constexpr std::uint32_t dst_group_xor(unsigned g) { return 16 * g % kVtAtomBytes; }
   __host__ __device__ static constexpr std::uint32_t dst_group_add(unsigned g) {
@@ -130,12 +133,7 @@ struct FwdVtTranspose {
   //     unit XORed, as the swizzle XORs it with the key: the two commute), whole atoms
   //     further on;
   //   Vᵀ: 32 rows further on.
-  __host__ __device__ static constexpr int src_atom_bytes() {
-    int w = 32;
-    while (w < kDV && src_offset(0, w) == w) w *= 2;
-    return w;
-  }
-  static constexpr int kSrcAtomBytes = src_atom_bytes();
+  static constexpr int kSrcAtomBytes = atom_bytes(false);
   static constexpr unsigned kSrcAtomStride = kSrcAtomBytes < kDV ? src_offset(0, kSrcAtomBytes) - src_offset(0, 0) : 0;
   static constexpr unsigned kDstChunkStride = dst_offset(32, 0) - dst_offset(0, 0);
   __host__ __device__ static constexpr std::uint32_t src_chunk_xor(unsigned c) { return 32 * c % kSrcAtomBytes; }
