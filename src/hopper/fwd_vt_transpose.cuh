@@ -16,10 +16,10 @@
 // unit's bytes permuted.
 #pragma once
 
+#include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include <cstdint>
-#include <cute/tensor.hpp>
 #include <type_traits>
 
 #include "hopper/arch/ptx.cuh"
