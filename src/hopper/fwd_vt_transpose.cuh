@@ -164,6 +164,11 @@ struct FwdVtTranspose {
                    : "=r"(r[j][0]), "=r"(r[j][1]), "=r"(r[j][2]), "=r"(r[j][3])
                    : "r"(src + j * kSrcGroupStride));
     }
+    // Left alone, ptxas permutes and stores each group before it loads the next: one
+    // ldmatrix in flight in the producer's 24 registers, its latency paid at every group.
+    // With kFp8VtPieces the first group's permutes wait for the last group's load, so
+    // that the batch's loads issue together (twice the registers for fragments).
+    if constexpr (kFp8VtPieces && kBatch > 1) r[0][0] = arch::ordered_after(r[0][0], r[kBatch - 1][3]);
     CUTE_UNROLL
     for (int j = 0; j < kBatch; ++j) {
       const unsigned g = g0 + j;

@@ -95,6 +95,15 @@ __device__ __forceinline__ T* opaque(T* p) {
   return p;
 }
 
+// Returns x unchanged (a byte permute that selects x's four bytes) once `after` is
+// ready: instructions that read the result wait for whatever produces `after`, so that
+// ptxas cannot schedule them before it.
+__device__ __forceinline__ std::uint32_t ordered_after(std::uint32_t x, std::uint32_t after) {
+  std::uint32_t y;
+  asm("prmt.b32 %0, %1, %2, 0x3210;" : "=r"(y) : "r"(x), "r"(after));
+  return y;
+}
+
 // Named barriers: `sync` blocks until `count` threads have arrived at `id` (the
 // calling warps included); `arrive` counts the calling warps without waiting.
 // count must be a multiple of 32; ids 1..15 (0 is __syncthreads).
