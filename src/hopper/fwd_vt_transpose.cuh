@@ -65,7 +65,7 @@ struct FwdVtTranspose {
                              int thread) {
     // Uniform for the call: which layout V lands in.
     const bool keys_contiguous = p.v_col_stride != 1;
-    // The pieces' offsets are uniform values of the warp index: a uniform one.
+    // With pieces, each warp branches to its own copy of the loop: on a uniform index.
     const int warp = kFp8VtPieces ? __shfl_sync(0xffffffffu, thread / 32, 0) : thread / 32;
     using Addresses = std::conditional_t<kFp8VtPieces, LaneAddresses, ChunkAddresses>;
     const Addresses addresses(smem, warp, thread % 32);
@@ -238,10 +238,13 @@ struct FwdVtTranspose {
     }
   }
 
-  // Pieces dealt in turn (kFp8VtPieces). A lane's addresses in the first piece; a piece's
-  // offsets from them are uniform values of the (uniform) warp index, so that the lane's
-  // registers, 24 in the producer warpgroup, need not hold an address per piece (held
-  // so, they spill).
+  // Pieces dealt in turn (kFp8VtPieces). A lane's addresses in the first piece; each
+  // warp runs its own copy of the loop (kWarp a template argument), so that a piece's
+  // offsets from them are constants: an XOR and immediate offsets in the ldmatrix and
+  // stmatrix. The kernel is bound by the SM's instruction issue, which the transposing
+  // warps share with the consumers' softmax: offsets computed from a runtime warp index
+  // (about 15 uniform instructions a piece) doubled the transpose's instructions and
+  // cost what its shorter chains gained (docs/perf-log.md).
   struct LaneAddresses {
     int warp;  // uniform
     std::uint32_t src;
@@ -257,21 +260,24 @@ struct FwdVtTranspose {
   template <bool kMasked>
   __device__ static void transpose_pieces(const LaneAddresses& lanes, int landed_stage, int vt_stage, int keys,
                                           int lane) {
-    // Opaque to the compiler, so that it computes the pieces' offsets here, a few uniform
-    // instructions each, instead of once before the stage loop into registers it lacks.
-    unsigned warp = lanes.warp;
-    asm volatile("" : "+r"(warp));
-    CUTE_UNROLL
-    for (unsigned i = 0; i < kPiecesPerWarp; ++i) {
-      const unsigned piece = warp + i * kWarps;
-      if (kPieces % kWarps != 0 && piece >= kPieces) break;
-      const unsigned chunk = piece / kPiecesPerChunk, g0 = piece % kPiecesPerChunk * kBatch;
-      // The rings start 1024-byte aligned and the XORs stay below 128: they act on the
-      // offset inside the stage alone.
-      const std::uint32_t src = ((lanes.src ^ src_chunk_xor(chunk)) + src_chunk_add(chunk)) +
-                                landed_stage * kStageBytes + g0 * kSrcGroupStride;
-      const std::uint32_t dst = lanes.dst + dst_chunk_add(chunk) + vt_stage * kStageBytes;
-      move_batch<kMasked>(src, dst, g0, keys, lane);
+    const std::uint32_t src = lanes.src + landed_stage * kStageBytes;
+    const std::uint32_t dst = lanes.dst + vt_stage * kStageBytes;
+    pieces_of_warp<kMasked, 0>(lanes.warp, src, dst, keys, lane);
+  }
+
+  template <bool kMasked, int kWarp>
+  __device__ __forceinline__ static void pieces_of_warp(int warp, std::uint32_t src, std::uint32_t dst, int keys,
+                                                        int lane) {
+    if constexpr (kWarp < kWarps) {
+      if (warp != kWarp) return pieces_of_warp<kMasked, kWarp + 1>(warp, src, dst, keys, lane);
+      CUTE_UNROLL
+      for (int piece = kWarp; piece < kPieces; piece += kWarps) {
+        const unsigned chunk = piece / kPiecesPerChunk, g0 = piece % kPiecesPerChunk * kBatch;
+        // The rings start 1024-byte aligned and the XORs stay below 128: they act on the
+        // offset inside the stage alone.
+        move_batch<kMasked>(((src ^ src_chunk_xor(chunk)) + src_chunk_add(chunk)) + g0 * kSrcGroupStride,
+                            dst + dst_chunk_add(chunk), g0, keys, lane);
+      }
     }
   }
 
