@@ -123,8 +123,9 @@ inline constexpr bool kFp8VtInSmem = false;
 
 // Whether the transposing warps of those kernels take each stage of V in pieces (a few
 // key groups of one chunk of columns) dealt in turn, instead of whole chunks each
-// (hopper/fwd_vt_transpose.cuh): the build's FA3_FP8_VT_PIECES. At head dim 256 three
-// warps then share eight chunks as 11, 11 and 10 pieces instead of 12, 12 and 8, both
+// (hopper/fwd_vt_transpose.cuh): the build's FA3_FP8_VT_PIECES, for the tiles whose
+// chunks do not split evenly between their warps. At head dim 256 three warps then
+// share eight chunks as 11, 11 and 10 pieces instead of 12, 12 and 8, both
 // loads of a piece are in flight at once instead of one, and each warp's pieces take
 // constant offsets (about 15 instructions a piece, no local memory in the loop). Off: an
 // earlier form, offsets computed per piece, halved the consumers' wait for Vᵀ but issued

@@ -49,10 +49,12 @@ struct FwdVtTranspose {
   static constexpr int kBatch = kKeyGroups % 4 == 0 && kWarps == 2 ? 4 : 2;
   // Row-major V moves in whole chunks (columns 32 c ..) a warp, or with kFp8VtPieces in
   // pieces of kBatch key groups of one chunk, dealt to the warps in turn: warp w takes
-  // pieces w, w + kWarps, ... A stage takes as long as the longest share, each ldmatrix
-  // waiting for the one before it (the producer's 24 registers hold one in flight): eight
-  // chunks to three warps (head dim 256) are 3, 3 and 2 chunks of four pieces, or 11, 11
-  // and 10 pieces.
+  // pieces w, w + kWarps, ... A stage takes as long as the longest share: eight chunks to
+  // three warps (head dim 256) are 3, 3 and 2 chunks of four pieces, or 11, 11 and 10
+  // pieces. Pieces are dealt only where whole chunks do not split evenly between the
+  // warps: elsewhere they balance nothing (on an H100 they lost 3-6 % at head dim 192
+  // causal, whose 6 chunks go 2, 2, 2, when their offsets were computed per piece).
+  static constexpr bool kDealPieces = kFp8VtPieces && kDV / 32 % kWarps != 0;
   static_assert(kKeyGroups % kBatch == 0, "a chunk's key groups split into whole pieces");
   static constexpr int kPiecesPerChunk = kKeyGroups / kBatch;
   static constexpr int kPieces = kDV / 32 * kPiecesPerChunk;
@@ -66,8 +68,8 @@ struct FwdVtTranspose {
     // Uniform for the call: which layout V lands in.
     const bool keys_contiguous = p.v_col_stride != 1;
     // With pieces, each warp branches to its own copy of the loop: on a uniform index.
-    const int warp = kFp8VtPieces ? __shfl_sync(0xffffffffu, thread / 32, 0) : thread / 32;
-    using Addresses = std::conditional_t<kFp8VtPieces, LaneAddresses, ChunkAddresses>;
+    const int warp = kDealPieces ? __shfl_sync(0xffffffffu, thread / 32, 0) : thread / 32;
+    using Addresses = std::conditional_t<kDealPieces, LaneAddresses, ChunkAddresses>;
     const Addresses addresses(smem, warp, thread % 32);
     State landed;
     State vt = Pipeline::producer_start();
@@ -166,9 +168,9 @@ struct FwdVtTranspose {
     }
     // Left alone, ptxas permutes and stores each group before it loads the next: one
     // ldmatrix in flight in the producer's 24 registers, its latency paid at every group.
-    // With kFp8VtPieces the first group's permutes wait for the last group's load, so
+    // Dealt in pieces, the first group's permutes wait for the last group's load, so
     // that the batch's loads issue together (twice the registers for fragments).
-    if constexpr (kFp8VtPieces && kBatch > 1) r[0][0] = arch::ordered_after(r[0][0], r[kBatch - 1][3]);
+    if constexpr (kDealPieces && kBatch > 1) r[0][0] = arch::ordered_after(r[0][0], r[kBatch - 1][3]);
     CUTE_UNROLL
     for (int j = 0; j < kBatch; ++j) {
       const unsigned g = g0 + j;
@@ -190,10 +192,10 @@ struct FwdVtTranspose {
     }
   }
 
-  // Row-major V, the build's way (kFp8VtPieces).
+  // Row-major V, in pieces or in whole chunks (kDealPieces).
   template <bool kMasked, class Addresses>
   __device__ static void transpose(const Addresses& addresses, int landed_stage, int vt_stage, int keys, int lane) {
-    if constexpr (kFp8VtPieces) {
+    if constexpr (kDealPieces) {
       transpose_pieces<kMasked>(addresses, landed_stage, vt_stage, keys, lane);
     } else {
       transpose_chunks<kMasked>(addresses, landed_stage, vt_stage, keys, lane);
@@ -238,7 +240,7 @@ struct FwdVtTranspose {
     }
   }
 
-  // Pieces dealt in turn (kFp8VtPieces). A lane's addresses in the first piece; each
+  // Pieces dealt in turn (kDealPieces). A lane's addresses in the first piece; each
   // warp runs its own copy of the loop (kWarp a template argument), so that a piece's
   // offsets from them are constants: an XOR and immediate offsets in the ldmatrix and
   // stmatrix. The kernel is bound by the SM's instruction issue, which the transposing

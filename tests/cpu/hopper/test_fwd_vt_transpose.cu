@@ -261,6 +261,33 @@ TEST(FwdVtTranspose, StagesBecomeVtInItsKeyOrder) {
   expect_stages_become_vt<VtCase<256, 128>>();
 }
 
+// Pieces are dealt (with FA3_FP8_VT_PIECES) exactly where they shorten the longest warp's
+// share of a stage, counted in key groups; elsewhere whole chunks split evenly.
+template <class Case>
+void expect_pieces_only_where_they_balance() {
+  using T = typename Case::T;
+  SCOPED_TRACE(Case::name());
+  constexpr int kChunks = Case::Traits::kHeadDimV / 32;
+  const int chunk_share = (kChunks + T::kWarps - 1) / T::kWarps * T::kKeyGroups;
+  const int piece_share = T::kPiecesPerWarp * T::kBatch;
+  EXPECT_EQ(T::kDealPieces, kFp8VtPieces && piece_share < chunk_share);
+  if (!T::kDealPieces) {
+    EXPECT_TRUE(!kFp8VtPieces || kChunks % T::kWarps == 0);
+  }
+}
+
+TEST(FwdVtTranspose, PiecesOnlyWhereTheyBalanceTheWarps) {
+  expect_pieces_only_where_they_balance<VtCase<64, 128>>();
+  expect_pieces_only_where_they_balance<VtCase<96, 128>>();
+  expect_pieces_only_where_they_balance<VtCase<128, 128>>();
+  expect_pieces_only_where_they_balance<VtCase<128, 192>>();
+  expect_pieces_only_where_they_balance<VtCase<128, 224>>();
+  expect_pieces_only_where_they_balance<VtCase<192, 128>>();
+  expect_pieces_only_where_they_balance<VtCase<192, 160>>();
+  expect_pieces_only_where_they_balance<VtCase<256, 64>>();
+  expect_pieces_only_where_they_balance<VtCase<256, 128>>();
+}
+
 // With the transpose in shared memory every FP8 tile still fits: V's landing ring next to
 // Vᵀ's costs Q's second buffer or O's own where needed, never the limit.
 TEST(FwdVtTranspose, TilesFitWithTheLandingRing) {
