@@ -30,6 +30,20 @@ struct VtCase {
   static std::string name() { return "hdim " + std::to_string(kHeadDim) + ", 128x" + std::to_string(kBlockN); }
 };
 
+// Calls `check` with each FP8 configuration's VtCase as its template argument.
+template <class Check>
+void for_every_case(Check check) {
+  check.template operator()<VtCase<64, 128>>();
+  check.template operator()<VtCase<96, 128>>();
+  check.template operator()<VtCase<128, 128>>();
+  check.template operator()<VtCase<128, 192>>();
+  check.template operator()<VtCase<128, 224>>();
+  check.template operator()<VtCase<192, 128>>();
+  check.template operator()<VtCase<192, 160>>();
+  check.template operator()<VtCase<256, 64>>();
+  check.template operator()<VtCase<256, 128>>();
+}
+
 // __byte_perm: byte i of the result is byte (sel >> 4i) & 7 of {b, a} (a the low word).
 std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
   const std::uint64_t x = (std::uint64_t{b} << 32) | a;
@@ -238,27 +252,11 @@ void expect_stages_become_vt() {
 }
 
 TEST(FwdVtTranspose, AddressesFollowTheLayouts) {
-  expect_addresses_follow_the_layouts<VtCase<64, 128>>();
-  expect_addresses_follow_the_layouts<VtCase<96, 128>>();
-  expect_addresses_follow_the_layouts<VtCase<128, 128>>();
-  expect_addresses_follow_the_layouts<VtCase<128, 192>>();
-  expect_addresses_follow_the_layouts<VtCase<128, 224>>();
-  expect_addresses_follow_the_layouts<VtCase<192, 128>>();
-  expect_addresses_follow_the_layouts<VtCase<192, 160>>();
-  expect_addresses_follow_the_layouts<VtCase<256, 64>>();
-  expect_addresses_follow_the_layouts<VtCase<256, 128>>();
+  for_every_case([]<class Case>() { expect_addresses_follow_the_layouts<Case>(); });
 }
 
 TEST(FwdVtTranspose, StagesBecomeVtInItsKeyOrder) {
-  expect_stages_become_vt<VtCase<64, 128>>();
-  expect_stages_become_vt<VtCase<96, 128>>();
-  expect_stages_become_vt<VtCase<128, 128>>();
-  expect_stages_become_vt<VtCase<128, 192>>();
-  expect_stages_become_vt<VtCase<128, 224>>();
-  expect_stages_become_vt<VtCase<192, 128>>();
-  expect_stages_become_vt<VtCase<192, 160>>();
-  expect_stages_become_vt<VtCase<256, 64>>();
-  expect_stages_become_vt<VtCase<256, 128>>();
+  for_every_case([]<class Case>() { expect_stages_become_vt<Case>(); });
 }
 
 // Pieces are dealt (with FA3_FP8_VT_PIECES) exactly where they shorten the longest warp's
@@ -277,15 +275,7 @@ void expect_pieces_only_where_they_balance() {
 }
 
 TEST(FwdVtTranspose, PiecesOnlyWhereTheyBalanceTheWarps) {
-  expect_pieces_only_where_they_balance<VtCase<64, 128>>();
-  expect_pieces_only_where_they_balance<VtCase<96, 128>>();
-  expect_pieces_only_where_they_balance<VtCase<128, 128>>();
-  expect_pieces_only_where_they_balance<VtCase<128, 192>>();
-  expect_pieces_only_where_they_balance<VtCase<128, 224>>();
-  expect_pieces_only_where_they_balance<VtCase<192, 128>>();
-  expect_pieces_only_where_they_balance<VtCase<192, 160>>();
-  expect_pieces_only_where_they_balance<VtCase<256, 64>>();
-  expect_pieces_only_where_they_balance<VtCase<256, 128>>();
+  for_every_case([]<class Case>() { expect_pieces_only_where_they_balance<Case>(); });
 }
 
 // With the transpose in shared memory every FP8 tile still fits: V's landing ring next to
