@@ -150,6 +150,15 @@ inline constexpr bool kFwdL2Hints = true;
 inline constexpr bool kFwdL2Hints = false;
 #endif
 
+// The consumers stamp their cycle counter at each key block's turn, scores, softmax and
+// P·V, into a buffer that the launch reads back (hopper/timeline.h): the build's
+// FA3_FWD_TIMELINE, off. A diagnosis build: the stamps and the launch's read-back cost time.
+#ifdef FA3_FWD_TIMELINE
+inline constexpr bool kFwdTimeline = true;
+#else
+inline constexpr bool kFwdTimeline = false;
+#endif
+
 // Whether varlen forward calls take an order of real tiles only, sequence by sequence,
 // drawn from the tile counter as CTAs finish (hopper/varlen_tiles.cuh; the build's
 // FA3_VARLEN_DYNAMIC_ORDER, on by default), on 16-bit kernels without CTA pairs. Otherwise

@@ -301,6 +301,7 @@ struct FwdKernel {
     // lie between that tile's end and this tile's first Q·Kᵀ.
     constexpr bool kQEarly = Traits::kCfg.q_registers && !kOInQ;
     FwdConsumer<Traits, Mask> consumer(tid);
+    consumer.timeline.open(params.p, consumer.wg, tid, Traits::kConsumerWGs);
     typename Epilogue::State epilogue_state;
     Tensor tOrO = partition_fragment_C(consumer.mma_pv, Shape<typename Traits::BM, typename Traits::DV>{});
     auto q_frag = consumer.q_fragment(smem);
@@ -362,6 +363,8 @@ struct FwdKernel {
         if constexpr (kQEarly) next = next_tile(next_state);
       };
       float v_last;
+      consumer.timeline.begin_tile(tile.m_block, tile.batch * params.p.nheads_q + tile.head);
+      consumer.timeline.stamp(FwdEvent::kTileStart, keys.end);
       consumer.mma_tile(smem, q_state.index, q_frag, k_pipe, v_pipe, tile_mask, tile.m_block, keys,
                         v_rows_to_clear(params.p, seq, keys), tOrO, softmax, scales, v_last, q_read, last_pv_issued);
       if constexpr (Scales::kOn) {
@@ -371,6 +374,7 @@ struct FwdKernel {
       auto o = rowcol_view(tOrO);
       rescale_rows(o, inv_sum);
       Epilogue::store_o(params, smem, epilogue_state, tid, tile, seq, tOrO, lse);
+      consumer.timeline.stamp(FwdEvent::kTileEnd, keys.begin);
       if constexpr (kOInQ) {
         // Q's buffer is free once this warpgroup's store has read its rows of O; the
         // thread that drains the store arrives after the drain.

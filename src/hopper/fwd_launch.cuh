@@ -21,6 +21,7 @@
 #include "hopper/mask.cuh"
 #include "hopper/tile_counter.h"
 #include "hopper/tile_scheduler.cuh"
+#include "hopper/timeline_capture.h"
 
 namespace fa3::hopper {
 
@@ -192,8 +193,22 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
     if (!acquired.is_ok()) return acquired;
     params.tile_counter = counter.ptr;
   }
+  TimelineCapture timeline;
+  if constexpr (kFwdTimeline) {
+    const Status began = timeline_begin(grid, Traits::kConsumerWGs, stream, &timeline);
+    if (!began.is_ok()) {
+      const Status released = release_tile_counter(counter, stream);
+      return released.is_ok() ? began : released;
+    }
+    params.p.timeline = timeline.buffer;
+    params.p.timeline_capacity = timeline.capacity;
+  }
   const Status launched = detail::cuda_status(cudaLaunchKernelEx(&config, kernel, params), "forward kernel launch");
   const Status released = release_tile_counter(counter, stream);
+  if constexpr (kFwdTimeline) {
+    const Status recorded = timeline_end(timeline, __PRETTY_FUNCTION__, Traits::kBlockN, stream);
+    if (launched.is_ok() && released.is_ok()) return recorded;
+  }
   return launched.is_ok() ? released : launched;
 }
 

@@ -22,6 +22,7 @@
 #include "hopper/pipeline.cuh"
 #include "hopper/softmax.cuh"
 #include "hopper/tile_scheduler.cuh"
+#include "hopper/timeline.cuh"
 
 namespace fa3::hopper {
 
@@ -279,6 +280,7 @@ struct FwdConsumer {
   int lane;
   State k_state;
   State v_state;
+  FwdTimeline<kFwdTimeline> timeline;  // stamps of a diagnosis build (hopper/timeline.h)
 
   // Kernels that read Q from shared memory (every Q·Kᵀ's A operand: the FP8 kernels and
   // the 16-bit ones of head dims 192 and 256) slice it by a warpgroup index that comes
@@ -490,6 +492,7 @@ struct FwdConsumer {
     float v_scale = scales.v_block(n);
     k_pipe.consumer_wait(k_state);
     turn_wait();
+    timeline.stamp(FwdEvent::kTurn, n);
     gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);
     turn_pass();
     // The block whose V may need clearing is the tile's last; this warpgroup runs it
@@ -498,7 +501,9 @@ struct FwdConsumer {
     if (v_valid < Traits::kBlockN && n_own == n_end) clear_v_rows(smem, v_pipe, v_valid);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tSrS);
+    timeline.stamp(FwdEvent::kScores, n);
     scores_to_probs<true, Scales>(k_pipe, mask, s, coord, m_block, n, scales, k_scale, softmax, rescale);
+    timeline.stamp(FwdEvent::kProbs, n);
     auto tOrP = make_p_operand<Element>(tSrS.layout());
     convert_p(tOrP, tSrS);
 
@@ -507,16 +512,20 @@ struct FwdConsumer {
       const float v_next = scales.v_block(n);
       k_pipe.consumer_wait(k_state);
       turn_wait();
+      timeline.stamp(FwdEvent::kTurn, n);
       gemm_async<true>(mma_qk, tSrQ(), tSrK(_, _, _, k_state.index), tSrS);
       v_pipe.consumer_wait(v_state);
       gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, v_state.index), tOrO);
       turn_pass();
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
+      timeline.stamp(FwdEvent::kScores, n);
       const bool grown =
           scores_to_probs<false, Scales>(k_pipe, mask, s, coord, m_block, n, scales, k_scale, softmax, rescale);
+      timeline.stamp(FwdEvent::kProbs, n);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
+      timeline.stamp(FwdEvent::kPvDone, n);
       v_pipe.consumer_release(v_state, lane);
       v_state.advance();
       if (grown) {
@@ -538,11 +547,13 @@ struct FwdConsumer {
 
     v_pipe.consumer_wait(v_state);
     turn_wait();
+    timeline.stamp(FwdEvent::kTurn, n_begin - 1);
     gemm_async<false>(mma_pv, tOrP, tOrV(_, _, _, v_state.index), tOrO);
     turn_pass();
     last_pv_issued();
     warpgroup_wait<0>();
     warpgroup_fence_operand(tOrO);
+    timeline.stamp(FwdEvent::kPvDone, n_begin - 1);
     v_pipe.consumer_release(v_state, lane);
     v_state.advance();
   }

@@ -76,6 +76,11 @@ struct FwdParams {
   int vt_keys = 0;
 
   int num_sms = 0;  // persistent grid size upper bound
+
+  // The consumers' stamps (hopper/timeline.h), in kernels built with FA3_FWD_TIMELINE and
+  // only when the launch gives a buffer: null otherwise.
+  std::uint64_t* timeline = nullptr;
+  int timeline_capacity = 0;
 };
 
 // The rows per block scale of an FP8 call on the GPU (validation refuses others).
