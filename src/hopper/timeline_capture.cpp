@@ -14,6 +14,10 @@ Status timeline_begin(int grid, int warpgroups, cudaStream_t stream, TimelineCap
   *capture = {};
   const char* path = std::getenv("FA3_FWD_TIMELINE");
   if (path == nullptr || *path == '\0') return Status::ok();
+  // A launch captured into a graph cannot read its stamps back: it records none.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  Status st = detail::cuda_status(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing (timeline)");
+  if (!st.is_ok() || capturing != cudaStreamCaptureStatusNone) return st;
   TimelineCapture c;
   c.path = path;
   c.warpgroups = warpgroups;
@@ -21,7 +25,7 @@ Status timeline_begin(int grid, int warpgroups, cudaStream_t stream, TimelineCap
   c.capacity = timeline_capacity(c.streams);
   const std::size_t bytes = static_cast<std::size_t>(c.streams) * timeline_stream_words(c.capacity) * 8;
   void* buffer = nullptr;
-  Status st = detail::cuda_status(cudaMallocAsync(&buffer, bytes, stream), "cudaMallocAsync (timeline)");
+  st = detail::cuda_status(cudaMallocAsync(&buffer, bytes, stream), "cudaMallocAsync (timeline)");
   if (!st.is_ok()) return st;
   st = detail::cuda_status(cudaMemsetAsync(buffer, 0, bytes, stream), "cudaMemsetAsync (timeline)");
   if (!st.is_ok()) {

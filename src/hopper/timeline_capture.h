@@ -21,7 +21,7 @@ struct TimelineCapture {
 
 // With FA3_FWD_TIMELINE naming a file in the environment: a zeroed buffer for `grid`
 // CTAs of `warpgroups` consumer warpgroups, allocated in order on `stream`. Without it,
-// *capture stays empty.
+// or while `stream` is being captured into a graph, *capture stays empty.
 Status timeline_begin(int grid, int warpgroups, cudaStream_t stream, TimelineCapture* capture);
 
 // Waits for `stream`, appends the launch's stamps to the file (header, `kernel`'s name,
