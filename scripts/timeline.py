@@ -133,7 +133,8 @@ def main(argv=None):
         table = summarize(streams)
         full = sum(len(s) >= header["capacity"] for s in streams)
         print(f"launch {i}: {header['streams']} streams, block_n {header['block_n']}, "
-              f"{sum(len(s) for s in streams)} stamps{f', {full} streams full' if full else ''}")
+              f"{sum(len(s) for s in streams)} stamps{f', {full} streams full' if full else ''}, "
+              f"cycles at up to {header['clock_khz'] / 1000:.0f} MHz")
         print(f"  {name[:160]}")
         for key, row in table.items():
             print(f"  {key:12s} median {row['median']:9.0f}  p90 {row['p90']:9.0f}  ({row['n']})")

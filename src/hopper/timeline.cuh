@@ -44,7 +44,9 @@ struct FwdTimeline<true> {
       stream[1 + 2 * count] = clock;
       stream[2 + 2 * count] = pack_record(event, block, m_block, pair);
     }
-    stream[0] = static_cast<std::uint64_t>(++count);
+    ++count;
+    // The count once a tile, at its end (the last stamp of a stream is a tile's end).
+    if (event == FwdEvent::kTileEnd) stream[0] = static_cast<std::uint64_t>(count);
   }
 };
 

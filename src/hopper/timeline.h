@@ -12,8 +12,8 @@
 // others' kernels.
 //
 // Layout: each (CTA, consumer warpgroup) owns `capacity` records of two 64-bit words, the
-// counter and pack_record's word; a stream stops recording when full (its count says
-// how many it wanted). The file holds, per launch, a TimelineHeader, then the kernel's
+// counter and pack_record's word; a stream stops recording when full (its count, written
+// at each tile's end, says how many it wanted). The file holds, per launch, a TimelineHeader, then the kernel's
 // name (name_bytes bytes), then streams × (one 64-bit count, capacity records).
 #pragma once
 
